@@ -1,0 +1,127 @@
+"""The OCI hook entry: ``apply`` and ``release`` with the standard library only.
+
+CRI-O runs the hook on every start of an asking container, so this path must not import
+click, PyYAML, jsonschema or psutil. It understands exactly the command lines the hooks.d
+file and a manual run use; anything else (``--help``, other commands) returns None and the
+caller hands over to the full click CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Dict, List, Optional, TextIO
+
+from .errors import EXIT_OK, HookError, StateError, UsageError
+
+FAST_COMMANDS = ("apply", "release")
+
+
+class FastArgs:
+    """The parsed fast-path command line."""
+
+    def __init__(self) -> None:
+        self.config: Optional[str] = None
+        self.command = ""
+        self.state: Optional[str] = None
+        self.dry_run = False
+        self.verbose = False
+
+
+def parse_fast_args(argv: List[str]) -> Optional[FastArgs]:
+    """``[--config P] [-v] (apply|release) [--state F] [--dry-run]``; None for anything else."""
+    args = FastArgs()
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if not args.command and tok in FAST_COMMANDS:
+            args.command = tok
+        elif tok in ("--config", "--state") and i + 1 < len(argv):
+            if tok == "--config" and not args.command:
+                args.config = argv[i + 1]
+            elif tok == "--state" and args.command:
+                args.state = argv[i + 1]
+            else:
+                return None
+            i += 1
+        elif tok.startswith("--config=") and not args.command:
+            args.config = tok.split("=", 1)[1]
+        elif tok.startswith("--state=") and args.command:
+            args.state = tok.split("=", 1)[1]
+        elif tok == "--dry-run" and args.command == "apply":
+            args.dry_run = True
+        elif tok in ("-v", "--verbose") and not args.command:
+            args.verbose = True
+        else:
+            return None
+        i += 1
+    return args if args.command else None
+
+
+def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None,
+             environ: Optional[Dict[str, str]] = None, reporter=None) -> int:
+    """Run apply or release and turn any HookError into one line, a syslog entry and an exit code."""
+    from .log import Reporter
+
+    out = stdout if stdout is not None else sys.stdout
+    rep = reporter if reporter is not None else Reporter(verbose=args.verbose)
+    context = ""
+    config = None
+    try:
+        from .oci import load_state
+
+        if args.state:
+            try:
+                with open(args.state, encoding="utf-8") as f:
+                    state = load_state(f, args.state)
+            except OSError as exc:
+                raise StateError(f"cannot read: {exc.strerror}", args.state) from None
+        else:
+            state = load_state(stdin if stdin is not None else sys.stdin)
+        context = f"container {state.id}: "
+        if args.command == "apply" and state.has_annotations and not _may_ask(state.annotations):
+            return EXIT_OK
+        from .config import load_config
+
+        config = load_config(args.config, environ=environ)
+        if args.command == "apply":
+            from .engine import apply_state
+
+            outcome = apply_state(state, config, rep, dry_run=args.dry_run)
+            if args.dry_run:
+                out.write("".join(f"would write {line}\n" for line in outcome.lines) or
+                          f"{context}nothing to write ({outcome.status})\n")
+            else:
+                for line in outcome.lines:
+                    out.write(f"{context}{line}\n")
+        else:
+            from .engine import release_state
+
+            for line in release_state(state, config, rep).lines:
+                out.write(f"{context}{line}\n")
+        return EXIT_OK
+    except HookError as exc:
+        ignored = config is not None and config.failure_policy == "ignore" and not isinstance(exc, UsageError)
+        suffix = " (ignored: failure_policy is ignore)" if ignored else ""
+        rep.error(f"{context}{exc.kind}: {exc}{suffix}")
+        return EXIT_OK if ignored else exc.exit_code
+
+
+def _may_ask(annotations: Dict[str, str]) -> bool:
+    from .request import may_ask
+
+    return may_ask(annotations)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: the fast path when it applies, else the full CLI."""
+    args_list = sys.argv[1:] if argv is None else argv
+    fast = parse_fast_args(args_list)
+    if fast is not None:
+        return run_hook(fast)
+    from .cli import main as cli_main
+
+    return cli_main(args_list)
+
+
+def entry() -> None:
+    sys.exit(main())

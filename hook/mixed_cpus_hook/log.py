@@ -1,0 +1,54 @@
+"""Messages for people: one line on stderr and the same line in syslog (journald).
+
+The hook's stderr is only ever seen inside a runtime's error text, so everything that
+matters also goes to syslog with the tag ``mixed-cpus-hook``. The ``syslog`` module is a
+small C extension: cheap enough for the container start path.
+"""
+
+from __future__ import annotations
+
+import sys
+import syslog
+from typing import Callable, Optional, TextIO
+
+TAG = "mixed-cpus-hook"
+LEVELS = {"error": syslog.LOG_ERR, "warning": syslog.LOG_WARNING, "info": syslog.LOG_INFO,
+          "debug": syslog.LOG_DEBUG}
+
+SyslogSink = Callable[[int, str], None]
+
+
+def _default_sink(priority: int, message: str) -> None:
+    syslog.openlog(TAG, syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(priority, message)
+
+
+class Reporter:
+    """Where messages go; tests pass their own sink and stream instead of patching globals."""
+
+    def __init__(self, stream: Optional[TextIO] = None, sink: Optional[SyslogSink] = _default_sink,
+                 verbose: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.sink = sink
+        self.verbose = verbose
+
+    def emit(self, level: str, message: str, to_stream: bool = True) -> None:
+        """Log one line; ``info`` reaches stderr only when verbose, errors and warnings always."""
+        line = " ".join(message.split("\n"))
+        if to_stream and (level in ("error", "warning") or self.verbose):
+            self.stream.write(f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n")
+            self.stream.flush()
+        if self.sink is not None and level != "debug":
+            try:
+                self.sink(LEVELS[level], line)
+            except OSError:
+                pass
+
+    def error(self, message: str) -> None:
+        self.emit("error", message)
+
+    def warning(self, message: str) -> None:
+        self.emit("warning", message)
+
+    def info(self, message: str) -> None:
+        self.emit("info", message)

@@ -1,0 +1,58 @@
+"""Does this container ask for mixed CPUs? A pure decision on its annotations."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Mapping, NamedTuple, Optional, Sequence
+
+from .errors import PolicyError, RequestError
+
+CONTAINER_NAME = "io.kubernetes.container.name"
+POD_NAMESPACE = "io.kubernetes.pod.namespace"
+POD_NAME = "io.kubernetes.pod.name"
+POD_UID = "io.kubernetes.pod.uid"
+ENABLE = "enable"
+
+
+class Request(NamedTuple):
+    """Who asks: the Kubernetes names CRI-O copies into every container's annotations."""
+
+    namespace: str
+    pod: str
+    container: str
+    pod_uid: str
+    annotation: str
+
+
+def may_ask(annotations: Mapping[str, str]) -> bool:
+    """Cheap pre-check before the configuration is loaded: some key ends in /<container-name>."""
+    name = annotations.get(CONTAINER_NAME)
+    if not name:
+        return False
+    suffix = "/" + name
+    return any(key.endswith(suffix) for key in annotations)
+
+
+def compute_request(annotations: Mapping[str, str], prefix: str,
+                    allowed_namespaces: Sequence[str], where: str) -> Optional[Request]:
+    """The request, or None when the container does not ask.
+
+    The annotation's only valid value is "enable": the CPUs always come from the node's
+    configuration, never from the pod.
+    """
+    name = annotations.get(CONTAINER_NAME)
+    if not name:
+        return None
+    key = f"{prefix}/{name}"
+    value = annotations.get(key)
+    if value is None:
+        return None
+    if value != ENABLE:
+        raise RequestError(f"annotation {key}: value {value[:64]!r} is not {ENABLE!r}", where)
+    namespace = annotations.get(POD_NAMESPACE, "")
+    if not any(fnmatchcase(namespace, glob) for glob in allowed_namespaces):
+        raise PolicyError(
+            f"namespace {namespace!r} may not ask for mixed CPUs (allowed_namespaces: {', '.join(allowed_namespaces)})",
+            where,
+        )
+    return Request(namespace, annotations.get(POD_NAME, ""), name, annotations.get(POD_UID, ""), key)

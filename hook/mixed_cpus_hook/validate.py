@@ -1,0 +1,116 @@
+"""Hand-written checks that mirror the JSON Schemas in ``schemas/`` for the hook's fast path.
+
+jsonschema takes longer to import than the whole hook may take, so the createRuntime path
+validates with these functions instead. The schemas stay the contract: the test suite runs
+both over a corpus of good and bad documents and requires that they agree.
+Each function raises ``error_cls(message, where)`` naming the first offending field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Mapping, Optional, Type
+
+from .errors import HookError
+
+# runc's rule for container ids, minus "." and ".." which would name a directory.
+ID_RE = re.compile(r"^[A-Za-z0-9_+.-]{1,1024}$")
+# A file name we derive from a cgroup or pod name: no separators, no dot-only names.
+NAME_RE = re.compile(r"^[A-Za-z0-9_+.:@-]{1,255}$")
+# A DNS subdomain, the part of an annotation key before the "/".
+PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+POLICIES = ("fail", "ignore")
+CONFIG_KEYS = (
+    "shared_cpus",
+    "shared_cpus_file",
+    "annotation_prefix",
+    "failure_policy",
+    "cgroup_root",
+    "state_dir",
+    "allowed_namespaces",
+    "proc_root",
+    "sys_root",
+)
+
+
+def is_plain_name(value: str, pattern: "re.Pattern[str]" = ID_RE) -> bool:
+    """True for a name that is safe as one path component (not "." or "..")."""
+    return bool(pattern.match(value)) and value not in (".", "..")
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type, where: str, err: Type[HookError],
+           required: bool = False) -> Any:
+    if key not in doc:
+        if required:
+            raise err(f"required field {key!r} is missing", where)
+        return None
+    value = doc[key]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        expected = {str: "a string", int: "an integer", dict: "an object", list: "an array"}[kind]
+        raise err(f"field {key!r} must be {expected}, not {_type_name(value)}", where)
+    return value
+
+
+def _abs_path(doc: Mapping[str, Any], key: str, where: str, err: Type[HookError],
+              required: bool = False) -> Optional[str]:
+    value = _field(doc, key, str, where, err, required)
+    if value is not None and (not value.startswith("/") or "\0" in value or len(value) > 4096):
+        raise err(f"field {key!r} must be an absolute path, not {value!r}", where)
+    return value
+
+
+def _string_map(value: Any, key: str, where: str, err: Type[HookError]) -> Dict[str, str]:
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise err(f"field {key!r}: value of {k!r} must be a string, not {_type_name(v)}", where)
+    return value
+
+
+def check_state(doc: Any, where: str, err: Type[HookError]) -> None:
+    """The OCI runtime state (runtime-spec "state"), as runc and crun send it to hooks."""
+    if not isinstance(doc, dict):
+        raise err(f"must be a JSON object, not {_type_name(doc)}", where)
+    _field(doc, "ociVersion", str, where, err, required=True)
+    cid = _field(doc, "id", str, where, err, required=True)
+    if not is_plain_name(cid):
+        raise err(f"field 'id': {cid[:80]!r} is not a plain container id", where)
+    _field(doc, "status", str, where, err)
+    pid = _field(doc, "pid", int, where, err)
+    if pid is not None and not 0 <= pid <= 4194304:
+        raise err(f"field 'pid': {pid} is not a process id", where)
+    _abs_path(doc, "bundle", where, err, required=True)
+    ann = _field(doc, "annotations", dict, where, err)
+    if ann is not None:
+        _string_map(ann, "annotations", where, err)
+
+
+def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
+    """The hook's YAML configuration after YAML parsing (an empty file is an empty object)."""
+    if not isinstance(doc, dict):
+        raise err(f"must be a mapping of settings, not {_type_name(doc)}", where)
+    for key in doc:
+        if key not in CONFIG_KEYS:
+            raise err(f"unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})", where)
+    shared = doc.get("shared_cpus")
+    if shared is not None and not isinstance(shared, str) and not (
+        isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0
+    ):
+        raise err(f"setting 'shared_cpus' must be a cpulist string, not {_type_name(shared)}", where)
+    for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root"):
+        _abs_path(doc, key, where, err)
+    prefix = _field(doc, "annotation_prefix", str, where, err)
+    if prefix is not None and (len(prefix) > 253 or not PREFIX_RE.match(prefix)):
+        raise err(f"setting 'annotation_prefix': {prefix!r} is not a DNS subdomain", where)
+    policy = _field(doc, "failure_policy", str, where, err)
+    if policy is not None and policy not in POLICIES:
+        raise err(f"setting 'failure_policy': {policy!r} is not one of {', '.join(POLICIES)}", where)
+    globs = _field(doc, "allowed_namespaces", list, where, err)
+    for item in globs or ():
+        if not isinstance(item, str) or not item:
+            raise err(f"setting 'allowed_namespaces': {item!r} is not a non-empty string", where)
