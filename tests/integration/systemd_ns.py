@@ -580,7 +580,7 @@ class SystemdNamespace:
         """What pid 1 wrote to its console (status lines, log messages)."""
         try:
             with open(self.log_path, errors="replace") as f:
-                return f.read()
+                return f.read().replace("\r\n", "\n")
         except OSError:
             return ""
 
@@ -747,6 +747,9 @@ class SystemdNamespace:
         lines = [
             "set -eu",
             "log() { echo \"mch-boot: $*\" >&2; }",
+            # -n: never write (or mkdir) the host's /run/mount/utab
+            "mount() { command mount -n \"$@\"; }",
+            "umount() { command umount -n \"$@\"; }",
             # 1. private /run first: everything else is staged there.
             "mount -t tmpfs -o mode=755,nosuid,nodev,size=20% tmpfs /run",
             "mkdir -p %s/etc-upper %s/etc-work %s/binds %s/dev" % (H, H, H, H),
@@ -871,17 +874,21 @@ class SystemdNamespace:
     def _launch(self) -> None:
         procs = [os.path.join(self._children[m.name], "cgroup.procs")
                  for m in self._mounts]
-        launch = ("for f in %s; do echo $$ > \"$f\"; done; "
-                  "exec unshare --cgroup --pid --fork --kill-child "
-                  "--mount --mount-proc --propagation private --uts --ipc "
-                  "-- sh -c \"$1\" mch-boot"
-                  % " ".join(shlex.quote(p) for p in procs))
+        # The namespace's pid 1 moves itself ("0" = the writer) into the
+        # child cgroups and only then unshares the cgroup namespace, so the
+        # child cgroups become its root. The outer unshare (the launcher)
+        # stays in the caller's cgroups: nothing foreign in systemd's tree.
+        inner = ("for f in %s; do echo 0 > \"$f\"; done; "
+                 "exec unshare --cgroup -- sh -c \"$1\" mch-boot"
+                 % " ".join(shlex.quote(p) for p in procs))
         self._open_console()
         # setpriv --pdeathsig: if the test process dies, the launcher gets
         # SIGKILL and --kill-child takes the namespace's pid 1 down with it.
         self._launcher = subprocess.Popen(
-            ["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", launch,
-             "mch-launch", self._boot_script()],
+            ["setpriv", "--pdeathsig", "KILL", "--",
+             "unshare", "--pid", "--fork", "--kill-child", "--mount",
+             "--mount-proc", "--propagation", "private", "--uts", "--ipc",
+             "--", "sh", "-c", inner, "mch-launch", self._boot_script()],
             stdin=subprocess.DEVNULL, stdout=self._pty_slave,
             stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
         self.pid = self._find_pid1()
