@@ -12,10 +12,15 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from .cpuset import format_cpulist, parse_cpulist
 from .errors import CgroupError, WriteError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import FrozenSet, List, NamedTuple, Optional, Tuple
+else:
+    from ._compat import NamedTuple
 
 # A pod cgroup: cgroupfs "pod<uid>", systemd "kubepods[-qos]-pod<uid_with_underscores>.slice".
 POD_DIR_RE = re.compile(r"^(?:pod[0-9A-Fa-f_-]+|(?:[A-Za-z0-9_]+-)*pod[0-9A-Fa-f_]+\.slice)$")

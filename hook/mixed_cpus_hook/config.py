@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from .cpuset import parse_cpulist, parse_cpulist_file
 from .errors import ConfigError
 from .validate import check_config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
+else:
+    from ._compat import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/mixed-cpus-hook/config.yaml"
 CONFIG_ENV = "MIXED_CPUS_HOOK_CONFIG"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import AbstractSet, FrozenSet, Iterable
 
 from .errors import CpuListError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import AbstractSet, FrozenSet, Iterable
 
 # No node has more; it bounds what a pod author can make us allocate with "0-999999999".
 MAX_CPU = 8191

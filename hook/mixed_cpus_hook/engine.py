@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from . import cgroups as cg
 from .config import Config, load_shared_cpus, read_online_cpus
@@ -19,6 +18,12 @@ from .oci import State, load_spec
 from .plan import Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_release, describe
 from .records import SCHEMA_VERSION, delete_record, list_records, load_record, save_record, state_lock
 from .request import compute_request
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+else:
+    from ._compat import NamedTuple
 
 # Passes of read-plan-write per container before giving up on a cgroup that keeps changing.
 MAX_PASSES = 5

@@ -9,9 +9,12 @@ caller hands over to the full click CLI.
 from __future__ import annotations
 
 import sys
-from typing import Dict, List, Optional, TextIO
 
 from .errors import EXIT_OK, HookError, StateError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Dict, List, Optional, TextIO
 
 FAST_COMMANDS = ("apply", "release")
 

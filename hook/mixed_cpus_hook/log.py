@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import sys
 import syslog
-from typing import Callable, Optional, TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Callable, Optional, TextIO
+
+    SyslogSink = Callable[[int, str], None]
 
 TAG = "mixed-cpus-hook"
 LEVELS = {"error": syslog.LOG_ERR, "warning": syslog.LOG_WARNING, "info": syslog.LOG_INFO,
           "debug": syslog.LOG_DEBUG}
 
-SyslogSink = Callable[[int, str], None]
 
 
 def _default_sink(priority: int, message: str) -> None:
@@ -26,7 +30,7 @@ def _default_sink(priority: int, message: str) -> None:
 class Reporter:
     """Where messages go; tests pass their own sink and stream instead of patching globals."""
 
-    def __init__(self, stream: Optional[TextIO] = None, sink: Optional[SyslogSink] = _default_sink,
+    def __init__(self, stream: Optional[TextIO] = None, sink: Optional["SyslogSink"] = _default_sink,
                  verbose: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.sink = sink

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, FrozenSet, IO, NamedTuple, Optional
 
 from .cpuset import parse_cpulist
 from .errors import SpecError, StateError
 from .validate import check_state
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Dict, FrozenSet, IO, NamedTuple, Optional
+else:
+    from ._compat import NamedTuple
 
 MAX_STATE_BYTES = 1 << 20
 MAX_SPEC_BYTES = 16 << 20

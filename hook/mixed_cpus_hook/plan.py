@@ -7,10 +7,15 @@ quota bookkeeping to remember. Applying a plan whose writes are empty is the in-
 
 from __future__ import annotations
 
-from typing import FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from .cgroups import Dirs, Layout, Quota, cpuset_file, format_quota, quota_file
 from .cpuset import format_cpulist
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+else:
+    from ._compat import NamedTuple
 
 
 class QuotaState(NamedTuple):

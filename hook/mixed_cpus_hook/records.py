@@ -11,11 +11,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import RecordError
 from .validate import ID_RE, NAME_RE, is_plain_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Dict, List, Optional
 
 SCHEMA_VERSION = 1
 KINDS = {"containers": ID_RE, "pods": NAME_RE}
@@ -28,19 +30,28 @@ def record_path(state_dir: str, kind: str, name: str) -> str:
     return os.path.join(state_dir, kind, name + ".json")
 
 
-@contextmanager
-def state_lock(state_dir: str) -> Iterator[None]:
-    """Hold the state directory's lock; creates the directory (0755) on first use."""
-    try:
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        fd = os.open(os.path.join(state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise RecordError(f"cannot use the state directory: {exc.strerror}", state_dir) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):``
+    """Hold the state directory's exclusive lock; creates the directory (0755) on first use.
+
+    A class rather than contextlib.contextmanager: contextlib is not otherwise loaded on
+    the hook path.
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        try:
+            os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
+            self.fd = os.open(os.path.join(self.state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise RecordError(f"cannot use the state directory: {exc.strerror}", self.state_dir) from None
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+        self.fd = -1
 
 
 def load_record(state_dir: str, kind: str, name: str) -> Optional[Dict[str, Any]]:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Mapping, NamedTuple, Optional, Sequence
 
 from .errors import PolicyError, RequestError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Mapping, NamedTuple, Optional, Sequence
+else:
+    from ._compat import NamedTuple
 
 CONTAINER_NAME = "io.kubernetes.container.name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
