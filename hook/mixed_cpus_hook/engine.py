@@ -211,7 +211,7 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
     """The createRuntime hook: give an asking container exclusive ∪ shared and raise quotas."""
     spec = load_spec(state.bundle)
     annotations = state.annotations if state.has_annotations else spec.annotations
-    where = f"container {state.id}"
+    where = f"pod {annotations.get('io.kubernetes.pod.namespace', '?')}/{annotations.get('io.kubernetes.pod.name', '?')}"
     request = compute_request(annotations, config.annotation_prefix, config.allowed_namespaces, where)
     if request is None:
         return Outcome("skipped")
