@@ -29,6 +29,9 @@ How the machine is protected (see /work/shared/notes/real-runtimes.md):
   static units that would act on the host (tmpfiles, udev, sysctl, modules,
   random-seed, utmp, timesyncd, ...) are masked, journald is volatile, and the
   boot target is a minimal ``mch-test.target`` (basic.target only).
+* kernel: systemd's pid 1 runs without CAP_SYS_MODULE, CAP_SYS_TIME and a
+  few other host-global capabilities (it would otherwise try to modprobe
+  autofs4 etc. even in a container); UTS and IPC namespaces are private too.
 * processes: only the pids this harness started are ever signalled (through
   pidfds); if the test process dies, the launcher's parent-death signal and
   ``unshare --kill-child`` take the whole namespace down.
@@ -36,6 +39,23 @@ How the machine is protected (see /work/shared/notes/real-runtimes.md):
 Files outside the private mounts (/usr, /var, /work, $HOME, ...) are shared
 with the host. The host's /tmp is invisible inside, except the ``workdir``
 which is bind-mounted at the same path inside (``share_workdir=True``).
+
+Notes for test authors:
+
+* systemd removes empty cgroups below its root at boot and at every
+  daemon-reload: create a test's cgroups after both (or keep a process in
+  them).
+* sd.run()/sd.popen() processes live in a leaf cgroup ``/mch-harness`` of the
+  namespace's root (in every hierarchy), not in a systemd unit.
+* Start background processes with sd.popen(), not a raw Popen of
+  nsenter_prefix(): stop() kills them before powering off. (A raw nsenter
+  parent is stopped by systemd-shutdown's SIGSTOP broadcast; stop() resumes
+  it, but poweroff then waits for its child, up to poweroff_timeout.)
+* Processes systemd does not manage (e.g. a runc container started with
+  sd.run) hold poweroff up; stop() SIGKILLs pid 1 after poweroff_timeout.
+* The launcher carries PR_SET_PDEATHSIG of the thread that called start():
+  start and use the namespace from a thread that outlives it (e.g. the main
+  thread).
 """
 
 from __future__ import annotations
@@ -162,6 +182,13 @@ ForwardToConsole=no
 ForwardToKMsg=no
 ForwardToWall=no
 """
+
+# Capabilities removed from systemd's bounding set: loading kernel modules,
+# setting the clock, MAC policy, raw I/O, kernel log, audit, wake alarms.
+# (CAP_SYS_BOOT stays: reboot() in a child PID namespace only ends it.)
+DROPPED_CAPS = ("sys_module", "sys_time", "mac_admin", "mac_override",
+                "sys_rawio", "syslog", "audit_control", "wake_alarm",
+                "block_suspend")
 
 BindSpec = Union[Tuple[str, str], Tuple[str, str, str]]
 
@@ -290,13 +317,7 @@ def skip_reason() -> Optional[str]:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return os.path.exists("/proc/%d" % pid)
 
 
 def cleanup_stale_cgroups() -> List[str]:
@@ -374,7 +395,9 @@ class SystemdNamespace:
             share_workdir is true (the default), so tests can exchange files
             through it even when it lives under the host's /tmp.
         etc_files: {"/etc/...": content} written into the private /etc overlay
-            before systemd starts (str or bytes; mode 0644).
+            before systemd starts (str or bytes; mode 0644). Unit files (and
+            wants/ symlinks' targets) under /etc/systemd/system are allowed:
+            they are present at boot.
         binds: extra bind mounts, (host_path, inside_path[, "ro"|"rw"]);
             read-write by default. inside_path must exist on the host or lie
             under a private directory (/etc, /run, /tmp, /var/tmp).
@@ -422,6 +445,7 @@ class SystemdNamespace:
         self._created: List[str] = []  # host cgroup dirs we made
         self._launcher: Optional[subprocess.Popen] = None
         self._pidfd: Optional[int] = None
+        self._popens: List[subprocess.Popen] = []
         self._pty_master: Optional[int] = None
         self._pty_slave: Optional[int] = None
         self._pty_name = ""
@@ -474,33 +498,58 @@ class SystemdNamespace:
         return ["nsenter", "-t", str(self.pid), "-m", "-p", "-C", "-u", "-i",
                 "--wd=/", "--"]
 
+    def command(self, args: Sequence[str]) -> List[str]:
+        """Host argv that runs args inside, in the mch-harness leaf cgroup.
+
+        The process joins a leaf cgroup (mch-harness) of the namespace's
+        cgroup root on the host side first, so /proc/self/cgroup inside looks
+        as on a normal system, then enters the namespaces with nsenter.
+        """
+        procs = self._prepare_run_leaf()
+        script = "for f in %s; do echo $$ > \"$f\"; done; exec \"$@\"" % (
+            " ".join(shlex.quote(p) for p in procs))
+        return ["sh", "-c", script, "mch-run"] + self.nsenter_prefix() + \
+            [str(a) for a in args]
+
+    @staticmethod
+    def _env(env: Optional[Dict[str, str]]) -> Dict[str, str]:
+        full_env = dict(os.environ if env is None else env)
+        full_env.setdefault("SYSTEMD_PAGER", "")
+        full_env.setdefault("PAGER", "cat")
+        full_env.setdefault("SYSTEMD_COLORS", "0")
+        return full_env
+
     def run(self, args: Sequence[str], check: bool = True,
             timeout: Optional[float] = 60, input: Optional[str] = None,
             env: Optional[Dict[str, str]] = None
             ) -> subprocess.CompletedProcess:
         """Run args inside (nsenter -t PID -m -p -C -u -i); text, captured.
 
-        The process is placed in a leaf cgroup (mch-harness) of the
-        namespace's cgroup root first, so /proc/self/cgroup inside looks as in
-        a normal system. Raises CalledProcessError (with output) if check.
+        Raises CalledProcessError (with stdout/stderr) if check and it fails,
+        subprocess.TimeoutExpired after timeout seconds.
         """
-        procs = self._prepare_run_leaf()
-        # Join the leaf cgroups on the host side, then enter the namespaces.
-        script = "for f in %s; do echo $$ > \"$f\"; done; exec \"$@\"" % (
-            " ".join(shlex.quote(p) for p in procs))
-        argv = ["sh", "-c", script, "mch-run"] + self.nsenter_prefix() + \
-            [str(a) for a in args]
-        full_env = dict(os.environ if env is None else env)
-        full_env.setdefault("SYSTEMD_PAGER", "")
-        full_env.setdefault("PAGER", "cat")
-        full_env.setdefault("SYSTEMD_COLORS", "0")
-        res = subprocess.run(argv, input=input, capture_output=True,
-                             text=True, timeout=timeout, env=full_env)
+        res = subprocess.run(self.command(args), input=input,
+                             capture_output=True, text=True, timeout=timeout,
+                             env=self._env(env))
         res.args = list(args)
         if check and res.returncode != 0:
             raise subprocess.CalledProcessError(
                 res.returncode, list(args), res.stdout, res.stderr)
         return res
+
+    def popen(self, args: Sequence[str], env: Optional[Dict[str, str]] = None,
+              **kwargs: object) -> subprocess.Popen:
+        """Start args inside without waiting (subprocess.Popen kwargs).
+
+        Such processes are killed (SIGKILL, inside) when the namespace stops,
+        before systemd powers off. Prefer this to a raw Popen of
+        nsenter_prefix(), whose nsenter parent would otherwise be left stopped
+        by systemd-shutdown's SIGSTOP broadcast.
+        """
+        p = subprocess.Popen(self.command(args), env=self._env(env),
+                             **kwargs)  # type: ignore[call-overload]
+        self._popens.append(p)
+        return p
 
     def sh(self, script: str, check: bool = True,
            timeout: Optional[float] = 60, input: Optional[str] = None
@@ -541,10 +590,15 @@ class SystemdNamespace:
             raise ValueError("%s is not under a private mount %s; pass "
                              "allow_shared=True to write to the shared file "
                              "system" % (p, PRIVATE_PREFIXES))
-        data = content if isinstance(content, str) else content.decode()
-        self.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" '
-                  '&& chmod "$2" "$1"', "install", p, "%o" % mode],
-                 input=data)
+        data = content.encode() if isinstance(content, str) else content
+        args = ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" '
+                '&& chmod "$2" "$1"', "install", p, "%o" % mode]
+        res = subprocess.run(self.command(args), input=data,
+                             capture_output=True, timeout=60,
+                             env=self._env(None))
+        if res.returncode != 0:
+            raise subprocess.CalledProcessError(res.returncode, args,
+                                                res.stdout, res.stderr)
 
     def wait_running(self, timeout: float = 60.0) -> str:
         """Wait for `systemctl is-system-running` to say running/degraded.
@@ -628,19 +682,21 @@ class SystemdNamespace:
         """
         t0 = time.monotonic()
         errors: List[str] = []
-        if self._launcher is not None:
-            self._shutdown()
-            self.shutdown_seconds = time.monotonic() - t0
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-        # Remove our child cgroups, deepest first, retrying while the last
-        # processes of the namespace exit.
-        for d in reversed(self._created):
-            if not _rmdir_tree(d, timeout=15.0):
-                errors.append(d)
-        self._created = [d for d in self._created if os.path.isdir(d)]
-        self._close_console()
+        try:
+            if self._launcher is not None:
+                self._shutdown()
+                self.shutdown_seconds = time.monotonic() - t0
+        finally:
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            # Remove our child cgroups, deepest first, retrying while the
+            # last processes of the namespace exit.
+            for d in reversed(self._created):
+                if not _rmdir_tree(d, timeout=15.0):
+                    errors.append(d)
+            self._created = [d for d in self._created if os.path.isdir(d)]
+            self._close_console()
         if errors:
             raise RuntimeError("could not remove cgroups %s" % errors)
 
@@ -692,9 +748,6 @@ class SystemdNamespace:
             if not _under(p, ("/etc",)) or p == "/etc":
                 raise ValueError("etc_files keys must be under /etc: %r"
                                  % path)
-            if _under(p, ("/etc/systemd/system",)):
-                raise ValueError("%s: /etc/systemd/system is a tmpfs mounted "
-                                 "later; use install_file()" % path)
             dst = os.path.join(stage, p.lstrip("/"))
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             with open(dst, "wb") as f:
@@ -757,9 +810,10 @@ class SystemdNamespace:
             "mount -t overlay overlay -o lowerdir=/etc,upperdir=%s/etc-upper,"
             "workdir=%s/etc-work /etc" % (H, H),
         ]
-        stage = self._stage_dir()
-        if self.etc_files:
-            lines.append("cp -a %s/etc/. /etc/" % q(stage))
+        # hazard 1: the host's enabled units must not exist for systemd.
+        lines.append("mount -t tmpfs -o mode=755 tmpfs /etc/systemd/system")
+        if self.etc_files:  # may include units in /etc/systemd/system
+            lines.append("cp -a %s/etc/. /etc/" % q(self._stage_dir()))
         # 3. stash bind sources while the host's /tmp is still visible.
         for i, (host, _inside, _mode) in enumerate(self.binds):
             s = "%s/binds/%d" % (H, i)
@@ -768,7 +822,7 @@ class SystemdNamespace:
             else:
                 lines.append(": > %s" % s)
             lines.append("mount --bind %s %s" % (q(host), s))
-        # 4. private /dev; the console is the host-side log file.
+        # 4. private /dev; /dev/console is the harness's pty (-> log_path).
         D = H + "/dev"
         lines += [
             "mount -t tmpfs -o mode=755,nosuid,size=4m tmpfs %s" % D,
@@ -791,10 +845,9 @@ class SystemdNamespace:
             ": > %s/console" % D,
             "mount --bind %s %s/console" % (q(self._pty_name), D),
             "mount --move %s /dev" % D,
-            # 5. hazard 1: tmpfs over /tmp, /var/tmp, /etc/systemd/system.
+            # 5. hazard 1: tmpfs over /tmp and /var/tmp.
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp",
-            "mount -t tmpfs -o mode=755 tmpfs /etc/systemd/system",
         ]
         # 6. read-only kernel interfaces (per-mount flag: remount,bind).
         # The host's cgroup mounts leave this mount namespace (its copies
@@ -846,8 +899,10 @@ class SystemdNamespace:
         ]
         masks = [u for u in list(MASKED_UNITS) + self.extra_masks
                  if u != self.target]
-        lines.append("for u in %s; do ln -sfn /dev/null "
-                     "/etc/systemd/system/\"$u\"; done"
+        # (a unit the test provides through etc_files wins over its mask)
+        lines.append("for u in %s; do f=/etc/systemd/system/\"$u\"; "
+                     "[ -e \"$f\" ] || [ -L \"$f\" ] || "
+                     "ln -s /dev/null \"$f\"; done"
                      % " ".join(q(u) for u in masks))
         # 9. bind mounts, now that the tmpfs mounts are in place.
         for i, (_host, inside, mode) in enumerate(self.binds):
@@ -865,10 +920,15 @@ class SystemdNamespace:
                 "--show-status=yes", "--log-target=console",
                 "--log-color=no", "--log-level=info"] + self.systemd_args
         lines.append("log 'namespace ready, exec systemd'")
-        lines.append("exec env -i container=other "
+        # systemd's pid 1 loads kernel modules (kmod_setup) and may set the
+        # clock even in a container: drop the capabilities for host-global
+        # actions from the bounding set of pid 1 and everything it starts.
+        lines.append("exec setpriv --bounding-set %s -- "
+                     "env -i container=other "
                      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                      "/sbin:/bin LANG=C.UTF-8 %s </dev/null"
-                     % " ".join(q(a) for a in argv))
+                     % (",".join("-" + c for c in DROPPED_CAPS),
+                        " ".join(q(a) for a in argv)))
         return "\n".join(lines) + "\n"
 
     def _launch(self) -> None:
@@ -999,31 +1059,114 @@ class SystemdNamespace:
         except ProcessLookupError:
             pass
 
+    def _kill_popens(self) -> None:
+        """SIGKILL the inner processes of our still-running popen()s."""
+        for p in self._popens:
+            if p.poll() is not None:
+                continue
+            for kid in _children(p.pid):  # nsenter's child, inside
+                _kill_if_child(kid, p.pid, signal.SIGKILL)
+        for p in self._popens:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()  # our own nsenter; its child dies with the namespace
+                p.wait(5)
+        self._popens = []
+
+    def _our_nsenters(self) -> List[int]:
+        """Pids of this process's children that are `nsenter -t <pid 1>`."""
+        out = []
+        for kid in _children(os.getpid()):
+            try:
+                with open("/proc/%d/cmdline" % kid, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if os.path.basename(argv[0]) == b"nsenter" and \
+                    b"-t" in argv and str(self.pid).encode() in argv:
+                out.append(kid)
+        return out
+
+    def _unstick_nsenters(self, kill: bool) -> None:
+        """Resume our nsenter parents stopped by systemd-shutdown's SIGSTOP.
+
+        nsenter stops itself when its child is stopped and then never reaps
+        it, which keeps the dying PID namespace (and pid 1) from ever exiting.
+        """
+        for pid in self._our_nsenters():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state in ("T", "t") or kill:
+                _kill_if_child(pid, os.getpid(),
+                               signal.SIGKILL if kill else signal.SIGCONT)
+
+    def _wait_launcher(self, timeout: float, kill_nsenters: bool) -> bool:
+        assert self._launcher is not None
+        deadline = time.monotonic() + timeout
+        while self._launcher.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            self._unstick_nsenters(kill_nsenters)
+            time.sleep(0.05)
+        return True
+
     def _shutdown(self) -> None:
         launcher = self._launcher
         assert launcher is not None
+        self._kill_popens()
         if launcher.poll() is None and self.pid:
             # SIGRTMIN+4 = poweroff for systemd (like `systemctl poweroff`,
             # but needs no working bus/socket).
             self._signal_pid1(signal.SIGRTMIN + 4)
-            try:
-                launcher.wait(self.poweroff_timeout)
+            if self._wait_launcher(self.poweroff_timeout, False):
                 self.shutdown_how = "poweroff"
-            except subprocess.TimeoutExpired:
-                pass
         if launcher.poll() is None and self.pid:
+            # The kernel kills the rest of the PID namespace with pid 1.
             self._signal_pid1(signal.SIGKILL)
             self.shutdown_how = "sigkill"
-            try:
-                launcher.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+            if not self._wait_launcher(5, False):
+                self._wait_launcher(15, True)
         if launcher.poll() is None:
-            # Never got a pid 1 (or it is stuck): kill our own launcher;
-            # --kill-child then kills pid 1.
+            # Never got a pid 1, or it is stuck: kill our own launcher;
+            # --kill-child then kills pid 1 (which may stay a zombie of the
+            # machine's init).
             launcher.kill()
             self.shutdown_how = self.shutdown_how or "launcher-kill"
             launcher.wait(10)
+
+
+def _children(pid: int) -> List[int]:
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_if_child(pid: int, parent: int, sig: int) -> None:
+    """Signal pid only if it is (still) a child of parent, via a pidfd."""
+    try:
+        fd = _pidfd_open(pid)
+    except OSError:
+        return  # already gone
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        if ppid != parent:
+            return
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)  # type: ignore[attr-defined]
+        else:
+            os.kill(pid, sig)
+    except (OSError, ValueError, IndexError):
+        pass
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _under(path: str, prefixes: Sequence[str]) -> bool:
