@@ -35,3 +35,156 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info hook/*.egg-info
+
+# ---- Packaging (issue #4): make install, make rpm; RHEL 9 compatibility: make test-compat --------
+NAME := mixed-cpus-hook
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' hook/mixed_cpus_hook/__init__.py)
+
+# `make install DESTDIR=... PREFIX=...` lays down the tree the RPM ships, for any distribution;
+# every directory can be overridden (rpm/mixed-cpus-hook.spec passes its macros).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+SYSCONFDIR ?= /etc
+DOCDIR ?= $(DATADIR)/doc/$(NAME)
+LICENSEDIR ?= $(DATADIR)/licenses/$(NAME)
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+PRESETDIR ?= $(PREFIX)/lib/systemd/system-preset
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+# CRI-O reads only this directory by default (crio.conf hooks_dir), whatever PREFIX is.
+HOOKSDIR ?= /usr/share/containers/oci/hooks.d
+# PYTHON builds and installs the package (pip, setuptools); its files go to PYTHON_SITELIB
+# (default: PREFIX's "posix_prefix" site-packages, not Debian's local/ scheme). HOOK_PYTHON is the
+# interpreter in the executable's #! line; BYTECOMPILE (empty: none) compiles the modules for it
+# (hard-linking each .opt-1.pyc that equals its .pyc, as Fedora's brp-python-hardlink does).
+# (Each default is computed once, on first use: `X = $(eval X := ...)$(X)`.)
+ifeq ($(origin PYTHON_SITELIB),undefined)
+PYTHON_SITELIB = $(eval PYTHON_SITELIB := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", "posix_prefix", vars={"base": "$(PREFIX)", "platbase": "$(PREFIX)"}))'))$(PYTHON_SITELIB)
+endif
+ifeq ($(origin HOOK_PYTHON),undefined)
+HOOK_PYTHON = $(eval HOOK_PYTHON := $(shell $(PYTHON) -c 'import sys; print(sys.executable)'))$(HOOK_PYTHON)
+endif
+BYTECOMPILE ?= $(HOOK_PYTHON)
+# Offline build when setuptools and wheel are importable (rpmbuild); else pip fetches them.
+PIP_BUILD_FLAGS ?= $(shell $(PYTHON) -c 'import setuptools, wheel' >/dev/null 2>&1 && echo --no-build-isolation --no-index)
+INSTALL ?= install
+# dist-info/INSTALLER: who installed the package (pip shows it); the spec says rpm.
+DIST_INSTALLER ?= make
+UNITS := $(sort $(wildcard rpm/units/*.service rpm/units/*.path rpm/units/*.timer))
+DOC_FILES := $(wildcard README.md docs/openshift.md)
+SCHEMAS := $(sort $(wildcard schemas/*.json))
+STAGE := build/install-stage
+
+.PHONY: install rpm tarball test-compat lint-py39 preset
+
+# The package goes through pip (a wheel, installed with --target into a staging directory, then
+# copied), so its dist-info metadata is the real one. The executable is a 4-line script, not pip's
+# console-script wrapper: the stdlib-only fast path, then click for every other command. Its #! line
+# has -I (isolated: -E and -s, and no script directory on sys.path): CRI-O runs it as root with
+# CRI-O's environment, which must not steer it through PYTHONPATH & co., and it skips the user
+# site lookups. (-S would save the site module's few ms too, but PyYAML, click and psutil live in
+# site-packages.) The default configuration is installed only where there is none yet (the RPM
+# marks it %config(noreplace)); the units with the paths of BINDIR, HOOK_PYTHON and DOCDIR in
+# place of /usr/bin/mixed-cpus-hook, /usr/bin/python3 and /usr/share/doc/mixed-cpus-hook; the
+# hooks.d files last and atomically, with hook.path = BINDIR's executable, because hook.path
+# must exist whenever CRI-O (re)loads a file.
+install:
+	@test -n "$(PYTHON_SITELIB)" || { echo "make install: cannot derive PYTHON_SITELIB from $(PYTHON)" >&2; exit 1; }
+	rm -rf $(STAGE) build/lib build/bdist.*
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --no-compile $(PIP_BUILD_FLAGS) --target $(STAGE) .
+	rm -rf $(STAGE)/bin $(STAGE)/*.dist-info/direct_url.json $(STAGE)/*.dist-info/RECORD
+	echo $(DIST_INSTALLER) > $(STAGE)/mixed_cpus_hook-$(VERSION).dist-info/INSTALLER
+	$(INSTALL) -d $(DESTDIR)$(PYTHON_SITELIB)
+	rm -rf $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook-*.dist-info
+	cp -R $(STAGE)/mixed_cpus_hook $(STAGE)/mixed_cpus_hook-$(VERSION).dist-info $(DESTDIR)$(PYTHON_SITELIB)/
+	chmod -R u=rwX,go=rX $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook-$(VERSION).dist-info
+	if [ -n "$(BYTECOMPILE)" ]; then $(BYTECOMPILE) -m compileall -q -f -o 0 -o 1 \
+	    -d $(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook && \
+	    for f in $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook/__pycache__/*.opt-1.pyc; do \
+	        cmp -s "$$f" "$${f%.opt-1.pyc}.pyc" && ln -f "$${f%.opt-1.pyc}.pyc" "$$f"; done; true; fi
+	$(INSTALL) -d $(DESTDIR)$(BINDIR)
+	printf '%s\n' '#!$(HOOK_PYTHON) -I' \
+	    '# mixed-cpus-hook: the OCI hook (hooks.d runs "apply" and "release") and its command line.' \
+	    'from mixed_cpus_hook.fastpath import entry' 'entry()' > $(STAGE)/$(NAME)
+	$(INSTALL) -m 755 $(STAGE)/$(NAME) $(DESTDIR)$(BINDIR)/$(NAME)
+	$(INSTALL) -d $(DESTDIR)$(DATADIR)/$(NAME) $(DESTDIR)$(SYSCONFDIR)/$(NAME) $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(PRESETDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LICENSEDIR) $(DESTDIR)$(HOOKSDIR)
+	$(INSTALL) -m 644 $(SCHEMAS) $(DESTDIR)$(DATADIR)/$(NAME)/
+	test -e $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml || \
+	    $(INSTALL) -m 644 rpm/config.yaml $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml
+	for u in $(UNITS); do \
+	    sed -e 's#/usr/bin/$(NAME)#$(BINDIR)/$(NAME)#g' -e 's#/usr/bin/python3 #$(HOOK_PYTHON) #g' \
+	        -e 's#/usr/share/doc/$(NAME)/#$(DOCDIR)/#g' $$u > $(STAGE)/unit && \
+	    $(INSTALL) -m 644 $(STAGE)/unit $(DESTDIR)$(UNITDIR)/$$(basename $$u) || exit 1; \
+	done
+	$(INSTALL) -m 644 rpm/90-$(NAME).preset $(DESTDIR)$(PRESETDIR)/90-$(NAME).preset
+	$(INSTALL) -m 644 rpm/$(NAME).tmpfiles $(DESTDIR)$(TMPFILESDIR)/$(NAME).conf
+	$(INSTALL) -m 644 $(DOC_FILES) rpm/config.yaml $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 LICENSE $(DESTDIR)$(LICENSEDIR)/
+	for f in hooks.d/*.json; do \
+	    sed 's#"/usr/bin/$(NAME)"#"$(BINDIR)/$(NAME)"#' $$f > $(STAGE)/hook.json && \
+	    $(INSTALL) -m 644 $(STAGE)/hook.json $(DESTDIR)$(HOOKSDIR)/.$$(basename $$f).tmp && \
+	    mv -f $(DESTDIR)$(HOOKSDIR)/.$$(basename $$f).tmp $(DESTDIR)$(HOOKSDIR)/$$(basename $$f) || exit 1; \
+	done
+
+# rpm/90-mixed-cpus-hook.preset: enable every non-template unit of rpm/units/ with an [Install]
+# section (tests/unit/test_machineconfig.py fails when it is out of date).
+preset:
+	PYTHONPATH=hook $(PYTHON) -c 'import sys; from mixed_cpus_hook.machineconfig import preset_for_files; \
+	    sys.stdout.write(preset_for_files(sys.argv[1:]))' $(UNITS) > rpm/90-$(NAME).preset
+
+# The source tarball: every file git tracks or would add (uncommitted work included), else the tree.
+DIST ?= dist
+TARBALL = $(DIST)/$(NAME)-$(VERSION).tar.gz
+tarball:
+	mkdir -p $(DIST)
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	    git ls-files -z --cached --others --exclude-standard | \
+	    tar --null --files-from=- --ignore-failed-read --sort=name --owner=0 --group=0 --numeric-owner \
+	        --transform 's,^,$(NAME)-$(VERSION)/,' -czf $(TARBALL); \
+	else \
+	    tar --exclude-vcs --exclude=./$(DIST) --exclude='./.venv*' --exclude=./build --exclude='*.egg-info' \
+	        --exclude=__pycache__ --sort=name --owner=0 --group=0 --numeric-owner \
+	        --transform 's,^\./,$(NAME)-$(VERSION)/,' -czf $(TARBALL) .; \
+	fi
+
+# `make rpm`: the binary RPM in $(DIST)/, with rpmbuild -bb. On a host whose package manager is not rpm
+# (Debian) the rpm database is empty, so BuildRequires cannot be checked there (--nodeps). Where the
+# python-rpm-macros are missing the spec targets RHEL 9's layout (python3.9) and byte-compiles with
+# RPM_BYTECOMPILE when it is set (a python3.9; RHEL's rpmbuild byte-compiles by itself).
+RPMBUILD ?= rpmbuild
+PY39 ?= $(firstword $(wildcard /usr/bin/python3.9 /usr/local/bin/python3.9 $(PYENV_ROOT)/versions/3.9*/bin/python3.9 $(HOME)/.pyenv/versions/3.9*/bin/python3.9 /root/.pyenv/versions/3.9*/bin/python3.9))
+RPM_BYTECOMPILE ?= $(PY39)
+RPMBUILD_FLAGS ?= $(shell rpm -q rpm >/dev/null 2>&1 || echo --nodeps)
+rpm: tarball
+	@test "$$(sed -n 's/^Version: *//p' rpm/$(NAME).spec)" = "$(VERSION)" || \
+	    { echo "make rpm: Version in rpm/$(NAME).spec is not $(VERSION) (hook/mixed_cpus_hook/__init__.py)" >&2; exit 1; }
+	rm -rf $(DIST)/rpmbuild
+	$(RPMBUILD) -bb $(RPMBUILD_FLAGS) \
+	    --define "_topdir $(abspath $(DIST))/rpmbuild" --define "_sourcedir $(abspath $(DIST))" \
+	    --define "_rpmdir $(abspath $(DIST))" --define "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm" \
+	    $(if $(RPM_BYTECOMPILE),--define "bytecompile_python $(RPM_BYTECOMPILE)") \
+	    rpm/$(NAME).spec
+	rm -rf $(DIST)/rpmbuild
+	@ls -1 $(DIST)/$(NAME)-$(VERSION)-*.rpm
+
+# Unit tests on Python 3.9 with the oldest dependency versions we support: those of RHEL 9.
+COMPAT_VENV ?= .venv-py39
+COMPAT_PINS := click==7.1.2 jsonschema==3.2.0 PyYAML==5.4.1 psutil==5.8.0
+$(COMPAT_VENV)/.stamp: setup.cfg pyproject.toml
+	@test -n "$(PY39)" || { echo "test-compat: no python3.9 found; set PY39=/path/to/python3.9" >&2; exit 1; }
+	rm -rf $(COMPAT_VENV)
+	$(PY39) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check $(COMPAT_PINS) pytest pyfakefs vermin
+	$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $@
+
+lint-py39: venv $(COMPAT_VENV)/.stamp
+	$(VENV)/bin/ruff check --target-version py39 hook
+	$(COMPAT_VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- hook
+
+test-compat: lint-py39
+	$(COMPAT_VENV)/bin/python -c 'import sys, click, jsonschema, yaml, psutil; \
+	    print("python", sys.version.split()[0], "click", click.__version__, "jsonschema", jsonschema.__version__, \
+	          "PyYAML", yaml.__version__, "psutil", psutil.__version__)'
+	$(COMPAT_VENV)/bin/python -m pytest tests/unit -q $(PYTEST_ARGS)

@@ -9,7 +9,6 @@ root. Writes use os.write so that the kernel's refusal is seen at write(2).
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 
@@ -24,7 +23,9 @@ else:
 
 # A pod cgroup: cgroupfs "pod<uid>", systemd "kubepods[-qos]-pod<uid_with_underscores>.slice".
 POD_DIR_RE = re.compile(r"^(?:pod[0-9A-Fa-f_-]+|(?:[A-Za-z0-9_]+-)*pod[0-9A-Fa-f_]+\.slice)$")
-SYSTEMD_PATH_RE = re.compile(r"^([A-Za-z0-9_.@\\:-]*\.slice|):([A-Za-z0-9_.-]+):([A-Za-z0-9_.@+-]+)$")
+# runc's systemd cgroupsPath "slice:prefix:name"; only needed when the process is gone, so it
+# is compiled on first use (``_systemd_path_re``, or the module attribute SYSTEMD_PATH_RE).
+_SYSTEMD_PATH = r"^([A-Za-z0-9_.@\\:-]*\.slice|):([A-Za-z0-9_.-]+):([A-Za-z0-9_.@+-]+)$"
 CRUN_SUBGROUP = "container"
 
 
@@ -51,6 +52,19 @@ class Quota(NamedTuple):
     period: int
 
 
+def _systemd_path_re() -> "re.Pattern[str]":
+    compiled = globals().get("SYSTEMD_PATH_RE")
+    if compiled is None:
+        compiled = globals()["SYSTEMD_PATH_RE"] = re.compile(_SYSTEMD_PATH)
+    return compiled
+
+
+def __getattr__(name: str) -> "re.Pattern[str]":
+    if name == "SYSTEMD_PATH_RE":
+        return _systemd_path_re()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
     """Detect v1 (or hybrid) versus v2 from what is mounted at ``cgroup_root``."""
     root = os.path.realpath(cgroup_root)
@@ -62,8 +76,9 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
                 return Layout(1, root, cpuset_v1, _inside(root, cpu_v1, "cpu hierarchy"))
         raise CgroupError("cgroup v1 cpuset is mounted but no cpu controller hierarchy was found", root)
     try:
-        with open(os.path.join(root, "cgroup.controllers"), encoding="ascii") as f:
-            controllers = f.read().split()
+        # Binary read, then bytes.decode: open(encoding="ascii") would import encodings.ascii.
+        with open(os.path.join(root, "cgroup.controllers"), "rb") as f:
+            controllers = f.read().decode("ascii").split()
     except OSError:
         raise CgroupError("no cgroup v1 cpuset hierarchy and no cgroup v2 mount found", root) from None
     missing = [c for c in ("cpuset", "cpu") if c not in controllers]
@@ -102,7 +117,7 @@ def parse_proc_cgroup(text: str) -> dict:
 
 def compute_systemd_path(cgroups_path: str) -> Optional[str]:
     """Expand runc's systemd form "slice:prefix:name" into a path; None if not that form."""
-    m = SYSTEMD_PATH_RE.match(cgroups_path)
+    m = _systemd_path_re().match(cgroups_path)
     if not m:
         return None
     slice_name, prefix, name = m.groups()
@@ -164,7 +179,7 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
         _join(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
         _join(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
     )
-    for d in set(dirs):
+    for d in dict.fromkeys(dirs):  # cpuset first: an ordered dedupe keeps the message reproducible
         if not os.path.isdir(d):
             raise CgroupError(f"container cgroup not found (from {how})", d)
     return dirs, how
@@ -272,7 +287,9 @@ def format_quota(layout: Layout, quota: Quota) -> str:
 def write_text(path: str, text: str) -> None:
     """Write one value with a single write(2), so the kernel's verdict reaches us."""
     try:
-        fd = os.open(path, os.O_WRONLY)
+        # O_TRUNC is a no-op on cgroupfs (like the shell's ">"), but on a plain file (a fake
+        # node) a shorter value must not leave the tail of the longer old one behind.
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
     except OSError as exc:
         raise WriteError(f"cannot open for writing: {exc.strerror}", path) from None
     try:
@@ -280,6 +297,8 @@ def write_text(path: str, text: str) -> None:
         if os.write(fd, data) != len(data):
             raise WriteError(f"short write of {text!r}", path)
     except OSError as exc:
+        import errno  # only on this failure path
+
         hint = {errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
                 errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None

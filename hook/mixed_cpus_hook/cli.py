@@ -85,17 +85,41 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.option("--container", "container_id", metavar="ID", help="Only this container.")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
+@click.option("--settle", type=click.FloatRange(0, 10), default=0.0, metavar="SECONDS",
+              help="With --container: re-read its files for SECONDS after the pass and fix again what "
+                   "changes meanwhile (what the watch units' service does). Default: 0.")
+@click.option("--sync-watches", is_flag=True,
+              help="Afterwards start a watch unit (mixed-cpus-hook-watch@ID.path) for every tracked container "
+                   "and stop the others (what the start-up service and the timer run).")
+@click.option("--why", metavar="TEXT",
+              help="The reason the journal gives for each fix. Default: what systemd says triggered this run "
+                   "($TRIGGER_UNIT, $TRIGGER_PATH), else none.")
 @click.pass_obj
-def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool) -> None:
+def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: float, sync_watches: bool,
+              why: Optional[str]) -> None:
     """Re-apply every tracked container whose cgroup no longer holds its mixed set.
 
     Writes nothing where all is in sync; prints one line per fix. Records of containers
     whose cgroup is gone are removed (and their pod's quota given back).
     """
-    from .engine import reconcile as run_reconcile
+    import os
 
+    from .engine import Outcome, read_node
+    from .engine import reconcile as run_reconcile
+    from .watches import sync, trigger_reason
+
+    if sync_watches and (dry_run or container_id):
+        obj.reporter.error("usage error: --sync-watches goes with neither --dry-run nor --container")
+        sys.exit(2)
+    reason = f"reapplied ({why})" if why else trigger_reason(os.environ)
     try:
-        results = run_reconcile(obj.config(), obj.reporter, only=container_id, dry_run=dry_run)
+        config = obj.config()
+        node = read_node(config)
+        results = run_reconcile(config, obj.reporter, only=container_id, dry_run=dry_run, reason=reason,
+                                settle=settle, node=node)
+        if sync_watches:
+            report = sync(config, obj.reporter, full=True, node=node)
+            results = list(results) + [("-", Outcome("error", (line,))) for line in report.errors]
     except HookError as exc:
         _fail(obj, exc)
     failed = False
@@ -108,6 +132,41 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool) -> None:
                 line = f"container {cid}: {'would write ' if dry_run else ''}{line}"
             click.echo(line)
     sys.exit(1 if failed else EXIT_OK)
+
+
+@cli.group(context_settings=CONTEXT)
+def watches() -> None:
+    """The per-container watch units (mixed-cpus-hook-watch@ID.path) that trigger reapplies.
+
+    mixed-cpus-hook-sync.service keeps them in step with the records by itself; see the README,
+    "Reapply (systemd units)".
+    """
+
+
+@watches.command("sync", context_settings=CONTEXT)
+@click.option("--full", is_flag=True,
+              help="Compare every record, link directory and loaded watch unit, not only the queued "
+                   "containers (<state_dir>/pending/); restart watch units that failed.")
+@click.pass_obj
+def watches_sync(obj: Ctx, full: bool) -> None:
+    """Start the watch unit of every new tracked container and stop those of gone ones.
+
+    Prints one line per unit started or stopped and per container forgotten (cgroup gone).
+    Exit 1 when systemctl or a record failed.
+    """
+    from .watches import sync, watch_unit
+
+    try:
+        report = sync(obj.config(), obj.reporter, full=full)
+    except HookError as exc:
+        _fail(obj, exc)
+    for what, ids in (("started", report.started), ("restarted after a failure", report.restarted),
+                      ("stopped", report.stopped)):
+        for cid in ids:
+            click.echo(f"{what} {watch_unit(cid)}")
+    for cid in report.forgotten:
+        click.echo(f"container {cid}: cgroup gone, forgotten")
+    sys.exit(1 if report.errors else EXIT_OK)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -154,22 +213,95 @@ def format_status_table(rows: List[dict]) -> str:
 
 
 @cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of findings.")
+@click.option("--kubelet-config", metavar="FILE",
+              help="kubelet's KubeletConfiguration. Default: kubelet's --config, else /etc/kubernetes/kubelet.conf "
+                   "or /var/lib/kubelet/config.yaml.")
+@click.option("--kubelet-state", metavar="FILE",
+              help="The CPU manager's state. Default: <kubelet --root-dir>/cpu_manager_state, "
+                   "/var/lib/kubelet/cpu_manager_state.")
+@click.option("--crio-config", metavar="FILE", help="CRI-O's main file. Default: crio's --config, else /etc/crio/crio.conf.")
+@click.option("--crio-config-dir", metavar="DIR",
+              help="CRI-O's drop-in directory. Default: crio's --config-dir, else /etc/crio/crio.conf.d.")
+@click.option("--hooks-dir", "hooks_dirs", metavar="DIR", multiple=True,
+              help="Look for the hooks.d files here instead of CRI-O's hooks_dir (repeatable).")
+@click.option("--preset", metavar="FILE", default=None,
+              help="The systemd preset naming the units to check. Default: the installed "
+                   "/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset.")
+@click.option("--systemctl", metavar="PATH",
+              help="Query units with this systemctl (also when systemd is not PID 1 here).")
+@click.option("--no-systemd", is_flag=True, help="Do not check the units (reported as a warning).")
+@click.option("--no-detect", is_flag=True,
+              help="Do not read the running kubelet's and crio's command lines for their paths.")
 @click.pass_obj
-def check(obj: Ctx) -> None:
-    """Validate the configuration and the shared CPUs against this node."""
-    from .engine import read_node
+def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state: Optional[str],
+          crio_config: Optional[str], crio_config_dir: Optional[str], hooks_dirs: tuple, preset: Optional[str],
+          systemctl: Optional[str], no_systemd: bool, no_detect: bool) -> None:
+    """The node doctor: is this node ready for mixed CPUs? Each finding comes with its fix.
 
+    Checks the configuration; that the shared CPUs are online and not isolated (isolcpus);
+    kubelet's CPU manager (policy static, reservedSystemCPUs covering the shared CPUs, no
+    exclusive assignment in cpu_manager_state on a shared CPU); that CRI-O's hooks_dir holds the
+    hook's apply and release files; that the units are enabled and active; the cgroup version
+    and driver. Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
+    """
+    from .doctor import PRESET_PATH, Paths, compute_findings, format_table, read_facts, to_json, worst
+
+    paths = Paths(config=obj.config_path, kubelet_config=kubelet_config, kubelet_state=kubelet_state,
+                  crio_config=crio_config, crio_config_dir=crio_config_dir, hooks_dirs=tuple(hooks_dirs),
+                  preset=preset or PRESET_PATH, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect)
+    findings = compute_findings(read_facts(paths))
+    if as_json:
+        click.echo(json.dumps(to_json(findings), indent=2))
+    else:
+        click.echo(format_table(findings))
+    sys.exit(1 if worst(findings) == "error" else EXIT_OK)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--role", required=True, metavar="ROLE",
+              help="The MachineConfigPool role (worker, or a custom pool such as worker-cnf).")
+@click.option("--shared-cpus", required=True, metavar="CPULIST", help="The nodes' shared CPUs, e.g. 2-3.")
+@click.option("--config", "mc_config", metavar="FILE",
+              help="The hook configuration to lay down. Default: a comments-only file (every default).")
+@click.option("--name", metavar="NAME", help="The MachineConfig's name. Default: 99-<role>-mixed-cpus-hook.")
+@click.option("--preset", metavar="FILE",
+              help="Enable the units this systemd preset enables. Default: the units the RPM's preset enables.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="Output format.")
+@click.pass_obj
+def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
+                  preset: Optional[str], output: str) -> None:
+    """Print an OpenShift MachineConfig (Ignition 3.2) that configures the hook on a role's nodes.
+
+    It writes /etc/mixed-cpus-hook/config.yaml and the shared-CPU file and enables the units;
+    the RPM (layered into the RHCOS image) brings the code. Apply it with `oc apply -f -`, and
+    put the same CPUs into kubelet's reservedSystemCPUs (see docs/openshift.md).
+    """
+    from .errors import UsageError
+    from .machineconfig import DEFAULT_UNITS, compute_machineconfig, parse_preset, render
+
+    source = mc_config or obj.config_path
     try:
-        config = obj.config()
-        node = read_node(config)
+        text = None
+        if source:
+            try:
+                with open(source, encoding="utf-8") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", source) from None
+        units = list(DEFAULT_UNITS)
+        if preset:
+            try:
+                with open(preset, encoding="utf-8") as f:
+                    units = parse_preset(f.read())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", preset) from None
+        mc = compute_machineconfig(role, shared_cpus, config_text=text, config_where=source or "--config",
+                                   units=units, name=name)
     except HookError as exc:
         _fail(obj, exc)
-    from .cpuset import format_cpulist
-
-    click.echo(f"config: {config.source}: valid")
-    click.echo(f"shared CPUs: {format_cpulist(node.shared)} (from {node.shared_where}), online")
-    click.echo(f"cgroup: v{node.layout.version} at {node.layout.root}")
-
+    click.echo(render(mc, output), nl=False)
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run click without letting it call sys.exit, so callers get the exit code."""

@@ -189,7 +189,9 @@ def read_online_cpus(sys_root: str = "/sys") -> FrozenSet[int]:
     """The CPUs the kernel has online, from <sys_root>/devices/system/cpu/online."""
     path = os.path.join(sys_root, "devices/system/cpu/online")
     try:
-        with open(path, encoding="ascii") as f:
-            return parse_cpulist(f.read(), path)
+        # Binary read, then bytes.decode (and text mode's newline translation): on the hook
+        # path, open(encoding="ascii") would import encodings.ascii.
+        with open(path, "rb") as f:
+            return parse_cpulist(f.read().decode("ascii").replace("\r\n", "\n").replace("\r", "\n"), path)
     except OSError as exc:
         raise ConfigError(f"cannot read the online CPUs: {exc.strerror}", path) from None

@@ -16,7 +16,7 @@ from .errors import CgroupError, HookError, RecordError, WriteError
 from .log import Reporter
 from .oci import State, load_spec
 from .plan import Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_release, describe
-from .records import SCHEMA_VERSION, delete_record, list_records, load_record, save_record, state_lock
+from .records import SCHEMA_VERSION, delete_record, list_records, load_record, mark_pending, save_record, state_lock
 from .request import compute_request
 
 TYPE_CHECKING = False
@@ -27,6 +27,11 @@ else:
 
 # Passes of read-plan-write per container before giving up on a cgroup that keeps changing.
 MAX_PASSES = 5
+# After a reapply that wrote, ``reconcile(settle=S)`` re-reads the container's files every
+# SETTLE_POLL seconds until they stayed put for S seconds (a path unit does not see writes made
+# while its service runs), fixing again at most MAX_SETTLE_ROUNDS times.
+SETTLE_POLL = 0.01
+MAX_SETTLE_ROUNDS = 10
 
 
 class Outcome(NamedTuple):
@@ -228,6 +233,9 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
         outcome = _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, False, reporter, "apply")
     if outcome.status == "not-applicable":
         reporter.warning(outcome.lines[0])
+    else:
+        # The watch unit is started by mixed-cpus-hook-sync.service, never from here.
+        mark_pending(config.state_dir, state.id)
     return outcome
 
 
@@ -263,6 +271,7 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
             else:
                 delete_record(config.state_dir, "pods", pod_key)
     delete_record(config.state_dir, "containers", cid)
+    mark_pending(config.state_dir, cid)  # the sync stops its watch unit
     for line in lines:
         reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
     reporter.emit("info", f"container {cid}: {why}, record removed", to_stream=False)
@@ -275,8 +284,13 @@ def release_state(state: State, config: Config, reporter: Reporter) -> Outcome:
         return release_container(state.id, config, reporter)
 
 
-def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, dry_run: bool) -> Outcome:
-    """Re-apply one tracked container, or garbage-collect it when its cgroup is gone."""
+def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, dry_run: bool,
+                  reason: str = "reapplied") -> Outcome:
+    """Re-apply one tracked container, or garbage-collect it when its cgroup is gone.
+
+    Reads only this container's record and its pod's: the cost does not grow with the number
+    of tracked containers. ``reason`` starts each journal line ("reapplied (why)").
+    """
     rec = load_record(config.state_dir, "containers", cid)
     if rec is None:
         return Outcome("gone")
@@ -288,30 +302,91 @@ def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, 
         return Outcome("gone", (f"container {cid}: cgroup gone, forgotten",))
     pod = _dirs(rec.get("pod_cgroup"), node.layout, f"record {cid}")
     identity = {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")}
-    return _sync(config, node, cid, dirs, pod, None, rec, identity, dry_run, reporter, "reapplied")
+    return _sync(config, node, cid, dirs, pod, None, rec, identity, dry_run, reporter, reason)
 
 
 def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
-              dry_run: bool = False) -> List[Tuple[str, Outcome]]:
-    """Re-apply every tracked container (or ``only``) whose cgroups drifted; quiet when in sync."""
-    node = read_node(config)
+              dry_run: bool = False, reason: str = "reapplied", settle: float = 0.0,
+              node: Optional[NodeView] = None) -> List[Tuple[str, Outcome]]:
+    """Re-apply every tracked container (or ``only``) whose cgroups drifted; quiet when in sync.
+
+    With ``only`` and ``settle`` > 0 (what a watch unit's service runs), the pass is followed by
+    a settle: the container's files are re-read until they stay put for ``settle`` seconds, and
+    fixed again when they change. A path unit does not watch while its service runs, and
+    rewrites come in pairs (the systemd driver's unit properties, then runc's own writes; two
+    quick updates). The state lock is not held while settling.
+    """
+    node = node or read_node(config)
     results: List[Tuple[str, Outcome]] = []
 
-    def run_all() -> None:
-        ids = [only] if only else list_records(config.state_dir, "containers")
+    def run_all(ids: List[str], why: str) -> None:
         for cid in ids:
             try:
-                results.append((cid, reconcile_one(cid, config, node, reporter, dry_run)))
+                results.append((cid, reconcile_one(cid, config, node, reporter, dry_run, why)))
             except HookError as exc:
                 reporter.error(f"container {cid}: {exc}")
                 results.append((cid, Outcome("error", (str(exc),))))
 
+    ids = [only] if only else list_records(config.state_dir, "containers")
     if dry_run:
-        run_all()
-    else:
+        run_all(ids, reason)
+        return results
+    # The lock is taken per container: a container start (apply) never waits for more than one.
+    for cid in ids:
         with state_lock(config.state_dir):
-            run_all()
+            run_all([cid], reason)
+    if not (only and settle > 0 and results and results[-1][1].status in ("applied", "in-sync")):
+        return results
+    rec = load_record(config.state_dir, "containers", only)
+    files = _watched_files(node.layout, rec) if rec else []
+    snapshot = _read_files(files)
+    rounds = 0
+    deadline = time.monotonic() + settle
+    while files and time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL)
+        current = _read_files(files)
+        if current == snapshot:
+            continue
+        rounds += 1
+        if rounds > MAX_SETTLE_ROUNDS:
+            reporter.error(f"container {only}: still rewritten after {MAX_SETTLE_ROUNDS} reapplies within "
+                           f"{settle:g} s of each other; leaving it to the next trigger")
+            results.append((only, Outcome("error", ("still being rewritten",))))
+            break
+        with state_lock(config.state_dir):
+            run_all([only], f"{reason}; written again {rounds} time(s) while settling")
+        snapshot = _read_files(files)
+        deadline = time.monotonic() + settle
     return results
+
+
+def _watched_files(layout: cg.Layout, rec: Dict[str, Any]) -> List[str]:
+    """The files a container's watch unit watches: its cpuset and quota, its pod's quota."""
+    files: List[str] = []
+    own, pod = rec.get("cgroup"), rec.get("pod_cgroup")
+    if isinstance(own, dict) and isinstance(own.get("cpuset"), str) and isinstance(own.get("cpu"), str):
+        files += [cg.cpuset_file(layout, own["cpuset"]), cg.quota_file(layout, own["cpu"])]
+    if isinstance(pod, dict) and isinstance(pod.get("cpu"), str):
+        files.append(cg.quota_file(layout, pod["cpu"]))
+    return files
+
+
+def _read_files(paths: List[str]) -> Tuple[Optional[bytes], ...]:
+    """Raw contents (None when unreadable): enough to tell that something was written."""
+    out: List[Optional[bytes]] = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            out.append(None)
+            continue
+        try:
+            out.append(os.read(fd, 4096))
+        except OSError:
+            out.append(None)
+        finally:
+            os.close(fd)
+    return tuple(out)
 
 
 def read_status(config: Config) -> List[Dict[str, Any]]:

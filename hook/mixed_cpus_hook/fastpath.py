@@ -63,10 +63,8 @@ def parse_fast_args(argv: List[str]) -> Optional[FastArgs]:
 def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None,
              environ: Optional[Dict[str, str]] = None, reporter=None) -> int:
     """Run apply or release and turn any HookError into one line, a syslog entry and an exit code."""
-    from .log import Reporter
-
     out = stdout if stdout is not None else sys.stdout
-    rep = reporter if reporter is not None else Reporter(verbose=args.verbose)
+    rep = reporter  # the default Reporter is built when needed: a container that does not ask never loads log
     context = ""
     config = None
     try:
@@ -89,6 +87,7 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
         if args.command == "apply":
             from .engine import apply_state
 
+            rep = _reporter(args, rep)
             outcome = apply_state(state, config, rep, dry_run=args.dry_run)
             if args.dry_run:
                 out.write("".join(f"would write {line}\n" for line in outcome.lines) or
@@ -99,14 +98,39 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
         else:
             from .engine import release_state
 
+            rep = _reporter(args, rep)
             for line in release_state(state, config, rep).lines:
                 out.write(f"{context}{line}\n")
         return EXIT_OK
     except HookError as exc:
+        if config is None and not isinstance(exc, UsageError):
+            config = _policy_config(args, environ)
         ignored = config is not None and config.failure_policy == "ignore" and not isinstance(exc, UsageError)
         suffix = " (ignored: failure_policy is ignore)" if ignored else ""
-        rep.error(f"{context}{exc.kind}: {exc}{suffix}")
+        _reporter(args, rep).error(f"{context}{exc.kind}: {exc}{suffix}")
         return EXIT_OK if ignored else exc.exit_code
+
+
+def _policy_config(args: FastArgs, environ: Optional[Dict[str, str]]):
+    """The configuration, read only to learn failure_policy after an early error (bad state).
+
+    None when it cannot be read either: then the error stands (policy "fail").
+    """
+    from .config import load_config
+
+    try:
+        return load_config(args.config, environ=environ)
+    except HookError:
+        return None
+
+
+def _reporter(args: FastArgs, reporter):
+    """``reporter``, else a default Reporter for this command line."""
+    if reporter is not None:
+        return reporter
+    from .log import Reporter
+
+    return Reporter(verbose=args.verbose)
 
 
 def _may_ask(annotations: Dict[str, str]) -> bool:
@@ -127,4 +151,32 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if parse_fast_args(sys.argv[1:]) is not None:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _exit_now(code: int) -> None:
+    """End a hook process without the interpreter's teardown (freeing every module and object).
+
+    The teardown costs a runtime waiting on a container start milliseconds, for nothing:
+    this does what shutdown does that anyone can see (flush stdout and stderr, exit with the
+    code) and skips the rest. It returns, and sys.exit does the usual shutdown, whenever
+    skipping could be seen: an atexit callback, a tracer or profiler (coverage, cProfile),
+    another thread, -i or -X dev, or a flush that fails (shutdown then reports it as usual).
+    """
+    import os
+
+    # Registering an atexit callback takes importing atexit: when nobody did, there is none.
+    atexit = sys.modules.get("atexit")
+    if ((atexit is not None and getattr(atexit, "_ncallbacks", lambda: 1)()) or sys.gettrace() is not None
+            or sys.getprofile() is not None or "threading" in sys.modules or sys.flags.inspect or sys.flags.dev_mode
+            or type(code) is not int):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - sys.exit's shutdown flushes again and reports it its own way
+        return
+    os._exit(code)

@@ -2,13 +2,13 @@
 
 The hook's stderr is only ever seen inside a runtime's error text, so everything that
 matters also goes to syslog with the tag ``mixed-cpus-hook``. The ``syslog`` module is a
-small C extension: cheap enough for the container start path.
+small C extension, imported only when a line is logged: a container start that logs nothing
+(the usual case) does not load it.
 """
 
 from __future__ import annotations
 
 import sys
-import syslog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -17,12 +17,15 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
     SyslogSink = Callable[[int, str], None]
 
 TAG = "mixed-cpus-hook"
-LEVELS = {"error": syslog.LOG_ERR, "warning": syslog.LOG_WARNING, "info": syslog.LOG_INFO,
-          "debug": syslog.LOG_DEBUG}
+# syslog.LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG: the priorities of <syslog.h>, the same on
+# every platform; written out so that importing this module does not load syslog.
+LEVELS = {"error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
 
 def _default_sink(priority: int, message: str) -> None:
+    import syslog
+
     syslog.openlog(TAG, syslog.LOG_PID, syslog.LOG_DAEMON)
     syslog.syslog(priority, message)
 

@@ -21,6 +21,19 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
 
 SCHEMA_VERSION = 1
 KINDS = {"containers": ID_RE, "pods": NAME_RE}
+# ``<state_dir>/pending/<id>``: empty files naming containers whose record appeared or went
+# away. mixed-cpus-hook-sync.path (DirectoryNotEmpty=) starts the sync of the per-container
+# watch units while any is there; the sync removes each one before it acts on it.
+PENDING = "pending"
+# Container ids that can be a systemd unit instance (``mixed-cpus-hook-watch@<id>.path``, at most
+# 256 characters with the prefix) and a file name that DirectoryNotEmpty= counts (systemd skips
+# hidden and "backup" names: a leading ".", a trailing "~", extensions such as ".old").
+# CRI-O's ids (64 hex digits) always are; other containers are only reconciled periodically.
+UNIT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+BACKUP_EXTENSIONS = frozenset(("rpmnew", "rpmsave", "rpmorig", "dpkg-old", "dpkg-new", "dpkg-tmp", "dpkg-dist",
+                               "dpkg-bak", "dpkg-backup", "dpkg-remove", "ucf-new", "ucf-old", "ucf-dist", "swp",
+                               "bak", "old", "new"))
+MAX_WATCHABLE_ID = 200
 
 
 def record_path(state_dir: str, kind: str, name: str) -> str:
@@ -125,5 +138,37 @@ def list_records(state_dir: str, kind: str) -> List[str]:
         return []
     except OSError as exc:
         raise RecordError(f"cannot list: {exc.strerror}", os.path.join(state_dir, kind)) from None
-    names = [e[: -len(".json")] for e in entries if e.endswith(".json") and not e.startswith(".")]
+    # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed.
+    names = [e[: -len(".json")] for e in entries if e.endswith(".json")]
     return sorted(n for n in names if is_plain_name(n, KINDS[kind]))
+
+
+def mark_pending(state_dir: str, name: str) -> bool:
+    """Queue container ``name`` for the watch sync; best effort (False when it could not).
+
+    An empty file ``<state_dir>/pending/<name>``: one open(2) on the hook's path, no systemctl.
+    The sync starts or stops the container's watch unit from what the records say; a mark that
+    is lost (read-only /run, say) only delays that to the next periodic reconcile.
+    """
+    if not watchable(name):
+        return False
+    folder = os.path.join(state_dir, PENDING)
+    path = os.path.join(folder, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def watchable(name: str) -> bool:
+    """Whether container ``name`` can have a watch unit and a pending mark (see UNIT_CHARS)."""
+    if not 0 < len(name) <= MAX_WATCHABLE_ID or name[0] == "." or not UNIT_CHARS.issuperset(name):
+        return False
+    return "." not in name or name.rsplit(".", 1)[1] not in BACKUP_EXTENSIONS

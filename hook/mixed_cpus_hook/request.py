@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
-
 from .errors import PolicyError, RequestError
 
 TYPE_CHECKING = False
@@ -55,9 +53,17 @@ def compute_request(annotations: Mapping[str, str], prefix: str,
     if value != ENABLE:
         raise RequestError(f"annotation {key}: value {value[:64]!r} is not {ENABLE!r}", where)
     namespace = annotations.get(POD_NAMESPACE, "")
-    if not any(fnmatchcase(namespace, glob) for glob in allowed_namespaces):
+    if not any(glob == "*" or _fnmatchcase(namespace, glob) for glob in allowed_namespaces):
         raise PolicyError(
             f"namespace {namespace!r} may not ask for mixed CPUs (allowed_namespaces: {', '.join(allowed_namespaces)})",
             where,
         )
     return Request(namespace, annotations.get(POD_NAME, ""), name, annotations.get(POD_UID, ""), key)
+
+
+def _fnmatchcase(name: str, pattern: str) -> bool:
+    # fnmatch is imported only for a glob other than the default "*" (which matches every
+    # name): its import is a cost on every container start.
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(name, pattern)

@@ -17,11 +17,18 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Any, Dict, Mapping, Optional, Type
 
 # runc's rule for container ids, minus "." and ".." which would name a directory.
-ID_RE = re.compile(r"^[A-Za-z0-9_+.-]{1,1024}$")
-# A file name we derive from a cgroup or pod name: no separators, no dot-only names.
-NAME_RE = re.compile(r"^[A-Za-z0-9_+.:@-]{1,255}$")
-# A DNS subdomain, the part of an annotation key before the "/".
-PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "abc\n" through.
+ID_RE = re.compile(r"^[A-Za-z0-9_+.-]{1,1024}\Z")
+# NAME_RE and PREFIX_RE are compiled on first use (module ``__getattr__``): a container
+# start that does not need them does not pay for compiling them.
+_LAZY_PATTERNS = {
+    # A file name we derive from a cgroup or pod name: no separators, no dot-only names.
+    "NAME_RE": r"^[A-Za-z0-9_+.:@-]{1,255}\Z",
+    # A DNS subdomain, the part of an annotation key before the "/".
+    "PREFIX_RE": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z",
+}
+# Prefixes CRI-O strips or acts on itself.
+FORBIDDEN_PREFIXES = ("cpu-shared.crio.io",)
 POLICIES = ("fail", "ignore")
 CONFIG_KEYS = (
     "shared_cpus",
@@ -34,6 +41,20 @@ CONFIG_KEYS = (
     "proc_root",
     "sys_root",
 )
+
+
+def _pattern(name: str) -> "re.Pattern[str]":
+    """A lazily compiled pattern, kept as a module global once compiled."""
+    compiled = globals().get(name)
+    if compiled is None:
+        compiled = globals()[name] = re.compile(_LAZY_PATTERNS[name])
+    return compiled
+
+
+def __getattr__(name: str) -> "re.Pattern[str]":
+    if name in _LAZY_PATTERNS:
+        return _pattern(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_plain_name(value: str, pattern: "re.Pattern[str]" = ID_RE) -> bool:
@@ -101,15 +122,17 @@ def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
         if key not in CONFIG_KEYS:
             raise err(f"unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})", where)
     shared = doc.get("shared_cpus")
-    if shared is not None and not isinstance(shared, str) and not (
+    if "shared_cpus" in doc and not isinstance(shared, str) and not (
         isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0
     ):
         raise err(f"setting 'shared_cpus' must be a cpulist string, not {_type_name(shared)}", where)
     for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root"):
         _abs_path(doc, key, where, err)
     prefix = _field(doc, "annotation_prefix", str, where, err)
-    if prefix is not None and (len(prefix) > 253 or not PREFIX_RE.match(prefix)):
+    if prefix is not None and (len(prefix) > 253 or not _pattern("PREFIX_RE").match(prefix)):
         raise err(f"setting 'annotation_prefix': {prefix!r} is not a DNS subdomain", where)
+    if prefix in FORBIDDEN_PREFIXES:
+        raise err(f"setting 'annotation_prefix': {prefix!r} belongs to CRI-O, which strips or acts on it", where)
     policy = _field(doc, "failure_policy", str, where, err)
     if policy is not None and policy not in POLICIES:
         raise err(f"setting 'failure_policy': {policy!r} is not one of {', '.join(POLICIES)}", where)

@@ -1,0 +1,835 @@
+"""``mixed-cpus-hook check``: the node doctor.
+
+Two halves: ``read_facts`` reads files and asks programs (kubelet's and CRI-O's configuration,
+the CPU manager's state, the hooks.d files, systemctl, sysfs) and returns plain JSON-able data;
+``compute_findings`` is pure and turns those facts into findings, each with the fix. Tests feed
+either half directly, or both through fake nodes on disk.
+
+Imported only by ``cli.py`` (never on the hook's createRuntime path): it may use PyYAML and psutil.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from .config import Config, load_config, load_shared_cpus, read_online_cpus
+from .cpuset import format_cpulist, parse_cpulist
+from .errors import HookError
+from .machineconfig import DEFAULT_UNITS, PRESET_PATH, parse_preset
+
+OK, WARNING, ERROR = "ok", "warning", "error"
+STATUS_ORDER = {OK: 0, WARNING: 1, ERROR: 2}
+
+DEFAULT_KUBELET_CONFIGS = ("/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/config.yaml")
+DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
+DEFAULT_CRIO_CONFIG = "/etc/crio/crio.conf"
+DEFAULT_CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
+DEFAULT_HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d",)
+DEFAULT_CRIO_CGROUP_MANAGER = "systemd"
+DEFAULT_KUBELET_CGROUP_DRIVER = "cgroupfs"  # KubeletConfiguration's default
+SYSTEMD_RUN_DIR = "/run/systemd/system"  # exists iff systemd is PID 1 (sd_booted)
+HOOK_NAME = "mixed-cpus-hook"
+UNIT_PROPERTIES = ("LoadState", "UnitFileState", "ActiveState", "SubState", "Type", "Result")
+DRAIN_AND_RESET = ("drain the node, stop kubelet, remove {state}, start kubelet, uncordon "
+                   "(kubelet re-plans exclusive CPUs only from an empty state file)")
+
+
+class Finding(NamedTuple):
+    """One line of the doctor's report: ``fix`` says what to do (empty when all is well)."""
+
+    check: str
+    status: str  # ok | warning | error
+    message: str
+    fix: str = ""
+
+
+class Paths(NamedTuple):
+    """Where ``read_facts`` looks. None means: from the running process's command line, else the default."""
+
+    config: Optional[str] = None
+    kubelet_config: Optional[str] = None
+    kubelet_state: Optional[str] = None
+    crio_config: Optional[str] = None
+    crio_config_dir: Optional[str] = None
+    hooks_dirs: Tuple[str, ...] = ()
+    preset: str = PRESET_PATH
+    systemctl: Optional[str] = None  # None: "systemctl", and only when systemd is PID 1
+    skip_units: bool = False
+    detect: bool = True  # read kubelet's and CRI-O's command lines (psutil) for paths not given
+    systemd_run_dir: str = SYSTEMD_RUN_DIR
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: files and programs -> facts (plain data)
+# ---------------------------------------------------------------------------------------------
+
+def process_args(name: str) -> Optional[List[str]]:
+    """The command line of the first running process called ``name`` (psutil), or None."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        info = getattr(proc, "info", {}) or {}
+        cmd = info.get("cmdline") or []  # empty for kernel threads, zombies, or when not allowed
+        if cmd and (info.get("name") == name or os.path.basename(cmd[0]) == name):
+            return list(cmd)
+    return None
+
+
+def flag_values(argv: Sequence[str], *names: str) -> List[str]:
+    """Values of ``--flag V``, ``--flag=V`` (and short ``-c V``) in a command line, in order."""
+    values = []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                values.append(argv[i + 1])
+                i += 1
+                break
+            if arg.startswith(name + "="):
+                values.append(arg[len(name) + 1:])
+                break
+        i += 1
+    return values
+
+
+def _last(values: List[str]) -> Optional[str]:
+    return values[-1] if values else None
+
+
+def _read_text(path: str, limit: int = 4 << 20) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read(limit)
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+# A deliberately small TOML reader: CRI-O's files need only tables, strings, arrays of strings,
+# booleans and numbers, and Python 3.9 (RHEL 9) has no tomllib. Other values are skipped.
+
+class TomlError(ValueError):
+    pass
+
+
+class _Toml:
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    def line(self) -> int:
+        return self.s.count("\n", 0, self.i) + 1
+
+    def fail(self, what: str) -> TomlError:
+        return TomlError(f"line {self.line()}: {what}")
+
+    def peek(self, n: int = 1) -> str:
+        return self.s[self.i:self.i + n]
+
+    def skip_space(self, newlines: bool) -> None:
+        while self.i < len(self.s):
+            c = self.s[self.i]
+            if c in " \t\r" or (newlines and c == "\n"):
+                self.i += 1
+            elif c == "#":
+                while self.i < len(self.s) and self.s[self.i] != "\n":
+                    self.i += 1
+            else:
+                break
+
+    def parse(self) -> Dict[str, Dict[str, Any]]:
+        tables: Dict[str, Dict[str, Any]] = {"": {}}
+        current = ""
+        while True:
+            self.skip_space(newlines=True)
+            if self.i >= len(self.s):
+                return tables
+            if self.peek() == "[":
+                double = self.peek(2) == "[["
+                self.i += 2 if double else 1
+                current = ".".join(self.key())
+                self.skip_space(newlines=False)
+                if self.peek(2 if double else 1) != ("]]" if double else "]"):
+                    raise self.fail("table header not closed")
+                self.i += 2 if double else 1
+                tables.setdefault(current, {})
+            else:
+                parts = self.key()
+                self.skip_space(newlines=False)
+                if self.peek() != "=":
+                    raise self.fail("expected '=' after a key")
+                self.i += 1
+                self.skip_space(newlines=False)
+                value = self.value()
+                table = ".".join([current] + parts[:-1]) if current else ".".join(parts[:-1])
+                tables.setdefault(table, {})[parts[-1]] = value
+            self.skip_space(newlines=False)
+            if self.i < len(self.s) and self.s[self.i] != "\n":
+                raise self.fail("unexpected text after a value")
+
+    def key(self) -> List[str]:
+        parts = []
+        while True:
+            self.skip_space(newlines=False)
+            c = self.peek()
+            if c in ("'", '"'):
+                parts.append(self.string())
+            else:
+                m = re.compile(r"[A-Za-z0-9_-]+").match(self.s, self.i)
+                if not m:
+                    raise self.fail("expected a key")
+                parts.append(m.group(0))
+                self.i = m.end()
+            self.skip_space(newlines=False)
+            if self.peek() != ".":
+                return parts
+            self.i += 1
+
+    def string(self) -> str:
+        for quote in ('"""', "'''"):
+            if self.peek(3) == quote:
+                end = self.s.find(quote, self.i + 3)
+                if end < 0:
+                    raise self.fail("multi-line string not closed")
+                body = self.s[self.i + 3:end]
+                self.i = end + 3
+                body = body[1:] if body.startswith("\n") else body
+                return _unescape(body) if quote == '"""' else body
+        quote = self.peek()
+        self.i += 1
+        out = []
+        while True:
+            if self.i >= len(self.s) or self.s[self.i] == "\n":
+                raise self.fail("string not closed")
+            c = self.s[self.i]
+            if c == quote:
+                self.i += 1
+                text = "".join(out)
+                return _unescape(text) if quote == '"' else text
+            if c == "\\" and quote == '"':
+                out.append(self.s[self.i:self.i + 2])
+                self.i += 2
+                continue
+            out.append(c)
+            self.i += 1
+
+    def value(self) -> Any:
+        c = self.peek()
+        if c in ("'", '"'):
+            return self.string()
+        if c == "[":
+            self.i += 1
+            items = []
+            while True:
+                self.skip_space(newlines=True)
+                if self.peek() == "]":
+                    self.i += 1
+                    return items
+                items.append(self.value())
+                self.skip_space(newlines=True)
+                if self.peek() == ",":
+                    self.i += 1
+                elif self.peek() != "]":
+                    raise self.fail("expected ',' or ']' in an array")
+        if c == "{":
+            depth = 0
+            while self.i < len(self.s):
+                ch = self.s[self.i]
+                if ch in ("'", '"'):
+                    self.string()
+                    continue
+                self.i += 1
+                depth += {"{": 1, "}": -1}.get(ch, 0)
+                if depth == 0:
+                    return None
+            raise self.fail("inline table not closed")
+        m = re.compile(r"[^\s,\]#}]+").match(self.s, self.i)
+        if not m:
+            raise self.fail("expected a value")
+        self.i = m.end()
+        word = m.group(0)
+        if word in ("true", "false"):
+            return word == "true"
+        try:
+            return int(word.replace("_", ""), 0)
+        except ValueError:
+            return word
+
+
+def _unescape(text: str) -> str:
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return text
+
+
+def parse_toml_subset(text: str) -> Dict[str, Dict[str, Any]]:
+    """{table name: {key: value}} for the TOML CRI-O writes; raises TomlError."""
+    return _Toml(text).parse()
+
+
+def _yaml_load(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def read_config_facts(paths: Paths, environ: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, Any], Config]:
+    """The hook's configuration and shared CPUs; returns the facts and the Config to use further."""
+    facts: Dict[str, Any] = {"source": None, "error": None}
+    try:
+        config = load_config(paths.config, environ=environ)
+        facts["source"] = config.source
+    except HookError as exc:
+        facts["error"] = str(exc)
+        config = Config()
+    facts.update(annotation_prefix=config.annotation_prefix, sys_root=config.sys_root,
+                 cgroup_root=config.cgroup_root)
+    return facts, config
+
+
+def read_cpu_facts(config: Config, config_ok: bool) -> Dict[str, Any]:
+    facts: Dict[str, Any] = {"shared": None, "shared_where": None, "shared_error": None, "online": None,
+                             "online_error": None, "isolated": None, "isolated_error": None}
+    if config_ok:
+        try:
+            shared, where = load_shared_cpus(config)
+            facts["shared"], facts["shared_where"] = format_cpulist(shared), where
+        except HookError as exc:
+            facts["shared_error"] = str(exc)
+    try:
+        facts["online"] = format_cpulist(read_online_cpus(config.sys_root))
+    except HookError as exc:
+        facts["online_error"] = str(exc)
+    isolated = os.path.join(config.sys_root, "devices/system/cpu/isolated")
+    try:
+        facts["isolated"] = format_cpulist(parse_cpulist(_read_text(isolated), isolated))
+    except FileNotFoundError:
+        facts["isolated"] = ""
+    except (OSError, HookError) as exc:
+        facts["isolated_error"] = f"{isolated}: {_error_text(exc)}"
+    return facts
+
+
+def read_kubelet_facts(paths: Paths) -> Dict[str, Any]:
+    """KubeletConfiguration (the subset we judge), kubelet's overriding flags, the CPU manager state."""
+    argv = process_args("kubelet") if paths.detect else None
+    facts: Dict[str, Any] = {"running": argv is not None, "config_path": None, "config_source": None,
+                             "config_error": None, "config": None, "flags": {}, "state_path": None,
+                             "state_source": None, "state_error": None, "state": None}
+    flags = {}
+    if argv:
+        for key, flag in (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
+                          ("cgroupDriver", "--cgroup-driver")):
+            value = _last(flag_values(argv, flag))
+            if value is not None:
+                flags[key] = value
+    facts["flags"] = flags
+    candidates: List[Tuple[str, str]] = []
+    if paths.kubelet_config:
+        candidates = [(paths.kubelet_config, "option")]
+    elif argv and _last(flag_values(argv, "--config")):
+        candidates = [(_last(flag_values(argv, "--config")) or "", "kubelet's command line")]
+    else:
+        candidates = [(p, "default") for p in DEFAULT_KUBELET_CONFIGS]
+    for path, source in candidates:
+        try:
+            doc = _yaml_load(_read_text(path))
+        except FileNotFoundError:
+            if source != "default":
+                facts.update(config_path=path, config_source=source, config_error="not found")
+                break
+            continue
+        except Exception as exc:  # OSError, yaml.YAMLError, UnicodeDecodeError
+            facts.update(config_path=path, config_source=source,
+                         config_error=f"cannot read: {_error_text(exc).splitlines()[0]}")
+            break
+        if not isinstance(doc, dict) or doc.get("kind") != "KubeletConfiguration":
+            if source != "default":
+                facts.update(config_path=path, config_source=source, config_error="not a KubeletConfiguration")
+                break
+            continue  # e.g. kubeadm's /etc/kubernetes/kubelet.conf is a kubeconfig
+        facts.update(config_path=path, config_source=source,
+                     config={k: doc.get(k) for k in ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver",
+                                                     "kubeReserved", "systemReserved")})
+        break
+    if paths.kubelet_state:
+        facts.update(state_path=paths.kubelet_state, state_source="option")
+    else:
+        root = (_last(flag_values(argv, "--root-dir")) if argv else None) or DEFAULT_KUBELET_ROOT
+        facts.update(state_path=os.path.join(root, "cpu_manager_state"),
+                     state_source="kubelet's --root-dir" if root != DEFAULT_KUBELET_ROOT else "default")
+    try:
+        facts["state"] = json.loads(_read_text(facts["state_path"]))
+    except FileNotFoundError:
+        facts["state_error"] = "not found"
+    except (OSError, ValueError) as exc:
+        facts["state_error"] = f"cannot read: {_error_text(exc)}"
+    return facts
+
+
+def read_crio_facts(paths: Paths) -> Dict[str, Any]:
+    """CRI-O's hooks_dir and cgroup_manager: crio.conf, then its drop-ins in order, then its flags."""
+    argv = process_args("crio") if paths.detect else None
+    main = paths.crio_config or (_last(flag_values(argv, "--config", "-c")) if argv else None) or DEFAULT_CRIO_CONFIG
+    conf_dir = (paths.crio_config_dir or (_last(flag_values(argv, "--config-dir", "-d")) if argv else None)
+                or DEFAULT_CRIO_CONFIG_DIR)
+    facts: Dict[str, Any] = {"running": argv is not None, "files": [], "errors": [],
+                             "hooks_dir": list(DEFAULT_HOOKS_DIRS), "hooks_dir_source": "CRI-O's default",
+                             "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default"}
+    for path in [main] + sorted(glob.glob(os.path.join(glob.escape(conf_dir), "*.conf"))):
+        try:
+            tables = parse_toml_subset(_read_text(path))
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError, TomlError) as exc:
+            facts["errors"].append(f"{path}: {_error_text(exc)}")
+            continue
+        facts["files"].append(path)
+        runtime = tables.get("crio.runtime", {})
+        hooks = runtime.get("hooks_dir")
+        if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
+            facts.update(hooks_dir=hooks, hooks_dir_source=path)
+        manager = runtime.get("cgroup_manager")
+        if isinstance(manager, str):
+            facts.update(cgroup_manager=manager, cgroup_manager_source=path)
+    if argv:
+        flagged = flag_values(argv, "--hooks-dir")
+        if flagged:
+            facts.update(hooks_dir=flagged, hooks_dir_source="crio's command line")
+        manager = _last(flag_values(argv, "--cgroup-manager"))
+        if manager:
+            facts.update(cgroup_manager=manager, cgroup_manager_source="crio's command line")
+    if paths.hooks_dirs:
+        facts.update(hooks_dir=list(paths.hooks_dirs), hooks_dir_source="option")
+    return facts
+
+
+def read_hook_files(dirs: Iterable[str]) -> List[Dict[str, Any]]:
+    """Every hooks.d JSON in ``dirs`` that runs this hook (by file name or by hook.path)."""
+    found = []
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(glob.escape(d), "*.json"))):
+            entry: Dict[str, Any] = {"file": path, "error": None}
+            try:
+                doc = json.loads(_read_text(path, 1 << 20))
+            except (OSError, ValueError) as exc:
+                if os.path.basename(path).startswith(HOOK_NAME):
+                    entry["error"] = f"cannot read: {_error_text(exc)}"
+                    found.append(entry)
+                continue
+            hook = doc.get("hook") if isinstance(doc, dict) else None
+            exe = hook.get("path") if isinstance(hook, dict) else None
+            ours = os.path.basename(path).startswith(HOOK_NAME) or (
+                isinstance(exe, str) and os.path.basename(exe) == HOOK_NAME)
+            if not ours:
+                continue
+            if not isinstance(exe, str):
+                entry["error"] = "no hook.path"
+                found.append(entry)
+                continue
+            entry.update(path=exe, path_ok=os.path.isfile(exe) and os.access(exe, os.X_OK),
+                         args=hook.get("args") or [], stages=doc.get("stages") or [], when=doc.get("when") or {})
+            found.append(entry)
+    return found
+
+
+def read_unit_facts(paths: Paths, units: Sequence[str]) -> Dict[str, Any]:
+    """``systemctl show`` of each unit (one call per unit), unless systemd is not running here."""
+    facts: Dict[str, Any] = {"skipped": None, "units": {}}
+    if paths.skip_units:
+        facts["skipped"] = "skipped on request (--no-systemd)"
+        return facts
+    systemctl = paths.systemctl
+    if systemctl is None:
+        if not os.path.isdir(paths.systemd_run_dir):
+            facts["skipped"] = f"systemd is not PID 1 here ({paths.systemd_run_dir} is missing)"
+            return facts
+        systemctl = "systemctl"
+    for unit in units:
+        try:
+            proc = subprocess.run([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                  timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            facts["skipped"] = f"cannot run {systemctl}: {_error_text(exc)}"
+            facts["units"] = {}
+            return facts
+        if proc.returncode != 0:
+            facts["units"][unit] = {"error": (proc.stderr.strip() or f"exit status {proc.returncode}")[:300]}
+            continue
+        props = {}
+        for line in proc.stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key in UNIT_PROPERTIES:
+                props[key] = value
+        facts["units"][unit] = props
+    return facts
+
+
+def read_units_list(preset: str) -> Tuple[List[str], Optional[str]]:
+    """The units to check: the installed preset's, else the built-in list (and why)."""
+    try:
+        return parse_preset(_read_text(preset)), None
+    except OSError as exc:
+        return list(DEFAULT_UNITS), f"{preset}: {_error_text(exc)}; checked the built-in list"
+
+
+def read_cgroup_facts(config: Config) -> Dict[str, Any]:
+    from .cgroups import read_layout
+
+    try:
+        layout = read_layout(config.cgroup_root)
+        return {"version": layout.version, "root": layout.root, "error": None}
+    except HookError as exc:
+        return {"version": None, "root": config.cgroup_root, "error": str(exc)}
+
+
+def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Everything the doctor judges, as JSON-able data. Never raises for a broken node."""
+    paths = paths if paths is not None else Paths()
+    config_facts, config = read_config_facts(paths, environ)
+    crio = read_crio_facts(paths)
+    units, preset_note = read_units_list(paths.preset)
+    unit_facts = read_unit_facts(paths, units)
+    unit_facts.update(preset=paths.preset, preset_note=preset_note, checked=units)
+    return {
+        "config": config_facts,
+        "cpus": read_cpu_facts(config, config_facts["error"] is None),
+        "kubelet": read_kubelet_facts(paths),
+        "crio": crio,
+        "hooks": read_hook_files(crio["hooks_dir"]),
+        "units": unit_facts,
+        "cgroup": read_cgroup_facts(config),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging: facts -> findings (pure)
+# ---------------------------------------------------------------------------------------------
+
+def _cpus(text: Optional[str]) -> Optional[frozenset]:
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(str(text))
+    except HookError:
+        return None
+
+
+def _config_findings(facts: Dict[str, Any]) -> List[Finding]:
+    cfg = facts["config"]
+    if cfg["error"]:
+        return [Finding("config", ERROR, cfg["error"],
+                        "correct that setting (the schema is /usr/share/mixed-cpus-hook/config.schema.json; "
+                        "the shipped file documents every key); the hook refuses every asking container meanwhile")]
+    return [Finding("config", OK, f"{cfg['source']}: valid")]
+
+
+def _cpu_findings(facts: Dict[str, Any]) -> Tuple[List[Finding], Optional[frozenset]]:
+    cpus = facts["cpus"]
+    out: List[Finding] = []
+    if facts["config"]["error"]:
+        return [Finding("shared-cpus", ERROR, "not checked: the configuration is invalid", "fix the configuration")], None
+    if cpus["shared_error"]:
+        return [Finding("shared-cpus", ERROR, cpus["shared_error"],
+                        "write the node's shared cpulist (e.g. \"2-3\") to the shared-CPU file, or set shared_cpus; "
+                        "on OpenShift apply the MachineConfig from `mixed-cpus-hook machineconfig`")], None
+    shared = _cpus(cpus["shared"]) or frozenset()
+    online = _cpus(cpus["online"])
+    if online is None:
+        out.append(Finding("shared-cpus", ERROR, f"shared CPUs {cpus['shared']}; {cpus['online_error']}",
+                           "check that sysfs is mounted (sys_root in the configuration)"))
+    elif not shared <= online:
+        off = format_cpulist(shared - online)
+        out.append(Finding("shared-cpus", ERROR,
+                           f"shared CPUs {cpus['shared']} (from {cpus['shared_where']}): {off} not online "
+                           f"(online: {cpus['online'] or 'none'})",
+                           f"bring CPU(s) {off} online (echo 1 > /sys/devices/system/cpu/cpuN/online) "
+                           "or choose shared CPUs among the online ones"))
+    else:
+        out.append(Finding("shared-cpus", OK, f"{cpus['shared']} (from {cpus['shared_where']}), online"))
+    isolated = _cpus(cpus["isolated"])
+    if isolated is None:
+        out.append(Finding("isolation", WARNING, f"cannot read the isolated CPUs: {cpus['isolated_error']}",
+                           "check that sysfs is mounted (sys_root in the configuration)"))
+    elif shared & isolated:
+        both = format_cpulist(shared & isolated)
+        out.append(Finding("isolation", ERROR,
+                           f"shared CPU(s) {both} are isolated from the scheduler (isolcpus: {cpus['isolated']}): "
+                           "the kernel does not balance a container's threads onto them",
+                           f"take {both} out of isolcpus= on the kernel command line (on OpenShift: move them from "
+                           "the PerformanceProfile's cpu.isolated to cpu.reserved) and reboot, or pick other shared CPUs"))
+    else:
+        out.append(Finding("isolation", OK, "no shared CPU is isolated" +
+                           (f" (isolcpus: {cpus['isolated']})" if cpus["isolated"] else "")))
+    return out, shared
+
+
+def _kubelet_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[Finding]:
+    k = facts["kubelet"]
+    out: List[Finding] = []
+    settings = dict(k["config"] or {})
+    settings.update({key: value for key, value in k["flags"].items()})
+    if k["config_error"]:
+        out.append(Finding("kubelet-config", ERROR, f"{k['config_path']} (from {k['config_source']}): "
+                           f"{k['config_error']}", "name kubelet's configuration file with --kubelet-config"))
+    elif k["config"] is None and not k["flags"]:
+        out.append(Finding("kubelet-config", WARNING,
+                           f"no KubeletConfiguration found (looked at {', '.join(DEFAULT_KUBELET_CONFIGS)}; "
+                           f"kubelet {'running' if k['running'] else 'not seen running'}): CPU manager not checked",
+                           "name kubelet's configuration file with --kubelet-config"))
+    else:
+        where = f"{k['config_path']} (from {k['config_source']})" if k["config_path"] else "kubelet's flags"
+        extra = " + command-line flags " + ", ".join(sorted(k["flags"])) if k["flags"] and k["config_path"] else ""
+        out.append(Finding("kubelet-config", OK, f"{where}{extra}"))
+        policy = settings.get("cpuManagerPolicy") or "none"
+        if policy != "static":
+            out.append(Finding("cpu-manager-policy", ERROR,
+                               f"cpuManagerPolicy is {policy!r}: no container gets exclusive CPUs, so the hook "
+                               "never applies",
+                               "set cpuManagerPolicy: static and reservedSystemCPUs in the KubeletConfig (on "
+                               "OpenShift a PerformanceProfile or KubeletConfig does it), then "
+                               + DRAIN_AND_RESET.format(state=k["state_path"])))
+        else:
+            out.append(Finding("cpu-manager-policy", OK, "static"))
+        reserved_text = settings.get("reservedSystemCPUs")
+        reserved = _cpus(reserved_text) if reserved_text not in (None, "") else None
+        if shared is None:
+            out.append(Finding("reserved-cpus", WARNING, "not compared: the shared CPUs are unknown",
+                               "fix the shared CPUs first"))
+        elif reserved_text in (None, ""):
+            out.append(Finding("reserved-cpus", ERROR,
+                               f"reservedSystemCPUs is not set: kubelet may hand shared CPU(s) {format_cpulist(shared)} "
+                               "to a container exclusively",
+                               f"set reservedSystemCPUs to a set that includes {format_cpulist(shared)} (see "
+                               "docs/openshift.md, KubeletConfig), then " + DRAIN_AND_RESET.format(state=k["state_path"])))
+        elif reserved is None:
+            out.append(Finding("reserved-cpus", ERROR, f"reservedSystemCPUs {reserved_text!r} is not a cpulist",
+                               "correct reservedSystemCPUs in the KubeletConfig"))
+        elif not shared <= reserved:
+            missing = format_cpulist(shared - reserved)
+            out.append(Finding("reserved-cpus", ERROR,
+                               f"reservedSystemCPUs {format_cpulist(reserved)} lacks shared CPU(s) {missing}: kubelet "
+                               "can hand them to a container exclusively",
+                               f"add {missing} to reservedSystemCPUs, then " + DRAIN_AND_RESET.format(
+                                   state=k["state_path"])))
+        else:
+            out.append(Finding("reserved-cpus", OK,
+                               f"reservedSystemCPUs {format_cpulist(reserved)} includes the shared CPUs"))
+    out.extend(_state_findings(k, shared, settings.get("cpuManagerPolicy")))
+    return out
+
+
+def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Optional[str]) -> List[Finding]:
+    where = f"{k['state_path']} (from {k['state_source']})"
+    if k["state_error"]:
+        status = ERROR if k["state_source"] == "option" else WARNING
+        return [Finding("cpu-manager-state", status, f"{where}: {k['state_error']}",
+                        "name the CPU manager's state file with --kubelet-state" if status == ERROR else
+                        "nothing to do when kubelet does not run here; else name it with --kubelet-state")]
+    doc = k["state"]
+    if not isinstance(doc, dict):
+        return [Finding("cpu-manager-state", ERROR, f"{where}: not a JSON object", DRAIN_AND_RESET.format(
+            state=k["state_path"]))]
+    out: List[Finding] = []
+    state_policy = doc.get("policyName")
+    if policy and state_policy and state_policy != policy:
+        out.append(Finding("cpu-manager-state", ERROR,
+                           f"{where}: policyName {state_policy!r} but kubelet is configured with {policy!r}: "
+                           "kubelet refuses to start", DRAIN_AND_RESET.format(state=k["state_path"])))
+    overlaps = []
+    entries = doc.get("entries") or {}
+    if shared and isinstance(entries, dict):
+        for pod_uid, containers in sorted(entries.items()):
+            if not isinstance(containers, dict):
+                continue
+            for name, cpus_text in sorted(containers.items()):
+                cpus = _cpus(cpus_text)
+                if cpus and cpus & shared:
+                    overlaps.append(f"pod {pod_uid} container {name}: {format_cpulist(cpus & shared)}")
+    if overlaps:
+        out.append(Finding("cpu-manager-state", ERROR,
+                           f"{where}: shared CPUs assigned exclusively: " + "; ".join(overlaps),
+                           "make reservedSystemCPUs include the shared CPUs, then "
+                           + DRAIN_AND_RESET.format(state=k["state_path"])))
+    elif not out:
+        count = sum(len(v) for v in entries.values() if isinstance(v, dict)) if isinstance(entries, dict) else 0
+        out.append(Finding("cpu-manager-state", OK,
+                           f"{where}: no exclusive assignment overlaps the shared CPUs ({count} assignment(s))"
+                           if shared is not None else f"{where}: {count} assignment(s); shared CPUs unknown"))
+    return out
+
+
+def _hooks_findings(facts: Dict[str, Any]) -> List[Finding]:
+    crio = facts["crio"]
+    prefix = facts["config"]["annotation_prefix"]
+    out: List[Finding] = []
+    dirs = ", ".join(crio["hooks_dir"]) or "(none)"
+    if crio["errors"]:
+        out.append(Finding("crio-config", WARNING, "cannot read: " + "; ".join(crio["errors"]),
+                           "correct the file (CRI-O itself will not start with it either)"))
+    files = ", ".join(crio["files"]) or "no CRI-O configuration file found"
+    out.append(Finding("crio-config", OK, f"hooks_dir {dirs} (from {crio['hooks_dir_source']}); read: {files}"))
+    for kind, stage, doc_name in (("apply", "createRuntime", "mixed-cpus-hook.json"),
+                                  ("release", "poststop", "mixed-cpus-hook-release.json")):
+        check = f"hook-{kind}"
+        matching = [h for h in facts["hooks"] if not h["error"] and stage in h["stages"] and kind in h["args"]]
+        broken = [h for h in facts["hooks"] if h["error"]]
+        if not matching:
+            msg = f"no hooks.d file in CRI-O's hooks_dir ({dirs}) runs `{HOOK_NAME} {kind}` at {stage}"
+            if broken:
+                msg += "; unreadable: " + "; ".join(f"{h['file']}: {h['error']}" for h in broken)
+            out.append(Finding(check, ERROR, msg,
+                               f"install {doc_name} (from the RPM, or `make install`) into "
+                               f"{crio['hooks_dir'][0] if crio['hooks_dir'] else '/usr/share/containers/oci/hooks.d'}"
+                               " (CRI-O reloads hooks.d by itself)"))
+            continue
+        h = matching[0]
+        if not h["path_ok"]:
+            out.append(Finding(check, ERROR, f"{h['file']}: hook.path {h['path']} is not an executable file: CRI-O "
+                               "skips the hook (and may refuse to start)",
+                               f"install the executable at {h['path']} (before the JSON), or correct hook.path"))
+            continue
+        problem = when_problem(h["when"], prefix)
+        if problem:
+            out.append(Finding(check, ERROR, f"{h['file']}: {problem}",
+                               f"make a \"when\" annotations key match \"{prefix}/<container>\" (e.g. "
+                               f"\"^{re.escape(prefix)}/.+$\": \".*\")"))
+            continue
+        out.append(Finding(check, OK, f"{h['file']}: {h['path']} {kind} at {stage}"))
+    return out
+
+
+def when_problem(when: Any, prefix: str) -> Optional[str]:
+    """Why a hooks.d ``when`` would not run the hook for an asking container (None: it would).
+
+    containers/common runs a hook when ``always`` is true or every condition set matches; an
+    ``annotations`` entry matches when one annotation's key and value match its two regexps
+    (Go RE2, unanchored; Python's re agrees on the patterns such files use).
+    """
+    if not isinstance(when, dict) or not any(when.get(k) for k in ("always", "annotations", "commands",
+                                                                   "hasBindMounts")):
+        return "\"when\" sets no condition: containers/common rejects the file"
+    if when.get("always") is True:
+        return None
+    if when.get("commands") or when.get("hasBindMounts"):
+        return None  # cannot be judged from here; the annotation condition below still must match
+    sample_key, sample_value = f"{prefix}/app", "enable"
+    annotations = when.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return "\"when.annotations\" is not an object"
+    for key_re, value_re in annotations.items():
+        try:
+            if not (re.search(key_re, sample_key) and re.search(str(value_re), sample_value)):
+                return (f"\"when.annotations\" {key_re!r}: {value_re!r} does not match the annotation "
+                        f"{sample_key}: {sample_value} (annotation_prefix {prefix!r}): the hook never runs")
+        except re.error as exc:
+            return f"\"when.annotations\" {key_re!r}: not a regular expression here ({exc})"
+    return None
+
+
+ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
+
+
+def _unit_findings(facts: Dict[str, Any]) -> List[Finding]:
+    u = facts["units"]
+    out: List[Finding] = []
+    if u.get("preset_note"):
+        out.append(Finding("units", WARNING, u["preset_note"],
+                           "install the RPM (or `make install`), which ships the preset"))
+    if u["skipped"]:
+        out.append(Finding("units", WARNING, f"units not checked: {u['skipped']}",
+                           "run the check on the node itself (oc debug node/<node> -- chroot /host "
+                           "mixed-cpus-hook check), or point --systemctl at a working systemctl"))
+        return out
+    for unit in u.get("checked", sorted(u["units"])):
+        props = u["units"].get(unit, {"error": "not queried"})
+        check = f"unit:{unit}"
+        if "error" in props:
+            out.append(Finding(check, ERROR, f"systemctl: {props['error']}", "check the unit with systemctl status"))
+            continue
+        load, enabled = props.get("LoadState", ""), props.get("UnitFileState", "")
+        active, sub = props.get("ActiveState", ""), props.get("SubState", "")
+        if load in ("not-found", "") or load != "loaded":
+            out.append(Finding(check, ERROR, f"not loaded ({load or 'unknown'})",
+                               "install the RPM (or `make install`), then systemctl daemon-reload"))
+            continue
+        if enabled not in ENABLED_STATES:
+            out.append(Finding(check, ERROR, f"{enabled or 'unknown'}, {active}",
+                               f"systemctl enable --now {unit} (on OpenShift the MachineConfig enables it)"))
+            continue
+        finished_oneshot = (unit.endswith(".service") and props.get("Type") == "oneshot" and active == "inactive"
+                            and props.get("Result") == "success")
+        if active in ("active", "activating", "reloading") or finished_oneshot:
+            out.append(Finding(check, OK, f"{enabled}, {active} ({sub})"))
+        elif active == "failed":
+            out.append(Finding(check, ERROR, f"{enabled}, failed ({props.get('Result', '')})",
+                               f"journalctl -u {unit} for the cause, then systemctl reset-failed {unit} && "
+                               f"systemctl start {unit}"))
+        else:
+            out.append(Finding(check, ERROR, f"{enabled}, {active or 'unknown'} ({sub})", f"systemctl start {unit}"))
+    return out
+
+
+def _cgroup_findings(facts: Dict[str, Any]) -> List[Finding]:
+    cg = facts["cgroup"]
+    if cg["error"]:
+        return [Finding("cgroup", ERROR, cg["error"], "check cgroup_root in the configuration and the cgroup mounts")]
+    crio = facts["crio"]
+    k = facts["kubelet"]
+    kubelet_driver = k["flags"].get("cgroupDriver") or (k["config"] or {}).get("cgroupDriver")
+    if k["config"] is not None and not kubelet_driver:
+        kubelet_driver = DEFAULT_KUBELET_CGROUP_DRIVER
+    crio_driver = crio["cgroup_manager"]
+    seen = f"cgroup v{cg['version']} at {cg['root']}; driver: CRI-O {crio_driver} (from {crio['cgroup_manager_source']})"
+    if kubelet_driver:
+        seen += f", kubelet {kubelet_driver}"
+    if kubelet_driver and kubelet_driver != crio_driver:
+        return [Finding("cgroup", ERROR, seen + ": they differ",
+                        "set kubelet's cgroupDriver and CRI-O's cgroup_manager to the same value (systemd)")]
+    return [Finding("cgroup", OK, seen)]
+
+
+def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """Judge the facts: a list of findings in a fixed order (config, CPUs, kubelet, CRI-O, units, cgroup)."""
+    out = _config_findings(facts)
+    cpu, shared = _cpu_findings(facts)
+    out += cpu
+    out += _kubelet_findings(facts, shared)
+    out += _hooks_findings(facts)
+    out += _unit_findings(facts)
+    out += _cgroup_findings(facts)
+    return out
+
+
+def worst(findings: Iterable[Finding]) -> str:
+    return max((f.status for f in findings), key=STATUS_ORDER.__getitem__, default=OK)
+
+
+def format_table(findings: Sequence[Finding]) -> str:
+    """CHECK / STATUS / FINDING columns; each fix on its own line below its finding; a summary."""
+    width = max([len("CHECK")] + [len(f.check) for f in findings])
+    lines = [f"{'CHECK'.ljust(width)}  STATUS   FINDING"]
+    for f in findings:
+        lines.append(f"{f.check.ljust(width)}  {f.status.upper() if f.status != OK else 'ok':7}  {f.message}")
+        if f.fix:
+            lines.append(f"{' ' * width}  {'':7}  fix: {f.fix}")
+    errors = sum(f.status == ERROR for f in findings)
+    warnings = sum(f.status == WARNING for f in findings)
+    lines.append(f"{errors} error(s), {warnings} warning(s)")
+    return "\n".join(lines)
+
+
+def to_json(findings: Sequence[Finding]) -> List[Dict[str, str]]:
+    return [dict(f._asdict()) for f in findings]

@@ -1,0 +1,468 @@
+"""Per-container watch units: keep a systemd path unit on every tracked container's cgroup.
+
+How reapply works (units in ``rpm/units/``; README "Reapply (systemd units)"):
+
+* ``apply`` saves the record, then drops an empty file ``<state_dir>/pending/<id>``
+  (``records.mark_pending``); ``release`` and the garbage collection do the same after
+  removing a record. Nothing on the hook's path talks to systemd.
+* ``mixed-cpus-hook-sync.path`` (``DirectoryNotEmpty=/run/mixed-cpus-hook/pending``, level
+  triggered: it fires again as long as a mark is left) starts ``mixed-cpus-hook-sync.service``,
+  which runs :func:`sync`: each mark is removed, then the container's record decides. A live
+  record gets ``<state_dir>/watch/<id>/{cpuset,cpu,pod-cpu}``, symlinks to its cgroup
+  directories, and a started ``mixed-cpus-hook-watch@<id>.path``; a record that is gone (or
+  whose cgroup is gone: it is forgotten here) gets its unit stopped and its links removed.
+* ``mixed-cpus-hook-watch@<id>.path`` watches ``cpuset.cpus`` and the quota file of the
+  container and of its pod through those links (a path through a symlink is watched at its
+  target) and starts ``mixed-cpus-hook-reconcile@<id>.service``: :func:`reconcile_container`,
+  which reapplies this one container, reading only its own record and its pod's, then settles.
+* The timer, the configuration path unit and the start-up service run ``reconcile
+  --sync-watches``: every record is reconciled (stale ones dropped), then :func:`sync` with
+  ``full=True`` compares records, link directories and the loaded watch units.
+
+The command line ``python -m mixed_cpus_hook.watches`` (:func:`main`) is what the two
+latency-sensitive services run: standard library only, no click (whose import alone costs
+more than the whole reapply).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+
+from .config import load_config
+from .errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
+from .log import Reporter
+from .records import PENDING, list_records, load_record, state_lock, watchable
+
+from ._compat import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+    from .config import Config
+    from .engine import NodeView
+
+WATCH = "watch"
+WATCH_LOCK = "watch.lock"
+WATCH_PREFIX = "mixed-cpus-hook-watch@"
+WATCH_SUFFIX = ".path"
+RECONCILE_PREFIX = "mixed-cpus-hook-reconcile@"
+# Link names in <state_dir>/watch/<id>/; rpm/units/mixed-cpus-hook-watch@.path names the files below them.
+LINK_CPUSET, LINK_CPU, LINK_POD_CPU = "cpuset", "cpu", "pod-cpu"
+LINKS = (LINK_CPUSET, LINK_CPU, LINK_POD_CPU)
+# Seconds a reconcile service keeps re-reading the files after a reapply (see engine.reconcile).
+DEFAULT_SETTLE = 0.1
+SYSTEMCTL = "systemctl"
+
+
+def watch_unit(cid: str) -> str:
+    return f"{WATCH_PREFIX}{cid}{WATCH_SUFFIX}"
+
+
+def watch_dir(state_dir: str, cid: str = "") -> str:
+    """``<state_dir>/watch`` or, with ``cid``, that container's link directory."""
+    return os.path.join(state_dir, WATCH, cid) if cid else os.path.join(state_dir, WATCH)
+
+
+# ---------------------------------------------------------------------------------------
+# why a reconcile runs: systemd tells a triggered service what triggered it
+
+
+def trigger_reason(environ: Mapping[str, str], default: str = "reapplied") -> str:
+    """``reapplied (<why>)`` from $TRIGGER_UNIT / $TRIGGER_PATH (set by systemd ≥ 250)."""
+    unit = environ.get("TRIGGER_UNIT", "")
+    path = environ.get("TRIGGER_PATH", "")
+    if unit.startswith(WATCH_PREFIX) and path:
+        parts = path.rstrip("/").split("/")
+        what = parts[-1]
+        whose = "pod's" if len(parts) >= 2 and parts[-2] == LINK_POD_CPU else "container's"
+        why = f"the {whose} {what} was written (seen by {unit})"
+    elif unit.endswith(".timer"):
+        why = f"periodic check by {unit}"
+    elif unit and path:
+        why = f"{path} changed (seen by {unit})"
+    elif unit:
+        why = f"triggered by {unit}"
+    else:
+        return default
+    return f"{default} ({why})"
+
+
+# ---------------------------------------------------------------------------------------
+# the link directories
+
+
+def desired_links(layout: Any, rec: Dict[str, Any], cid: str) -> Optional[Dict[str, str]]:
+    """Link name -> cgroup directory for a record; None when the container's cgroup is gone.
+
+    The record's directories must resolve below the cgroup root (engine._dirs checks it).
+    """
+    from .engine import _dirs
+
+    own = _dirs(rec.get("cgroup"), layout, f"record {cid}")
+    if own is None or not (os.path.isdir(own.cpuset) and os.path.isdir(own.cpu)):
+        return None
+    links = {LINK_CPUSET: own.cpuset, LINK_CPU: own.cpu}
+    pod = _dirs(rec.get("pod_cgroup"), layout, f"record {cid}")
+    if pod is not None and os.path.isdir(pod.cpu):
+        links[LINK_POD_CPU] = pod.cpu
+    return links
+
+
+def ensure_links(state_dir: str, cid: str, links: Dict[str, str]) -> bool:
+    """Make ``<state_dir>/watch/<cid>/`` hold exactly ``links``; True when something changed.
+
+    Each link is replaced atomically (a new symlink renamed over the old one), so the path unit
+    never sees a half-made directory.
+    """
+    folder = watch_dir(state_dir, cid)
+    changed = False
+    try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        for name in LINKS:
+            path = os.path.join(folder, name)
+            try:
+                current: Optional[str] = os.readlink(path)
+            except FileNotFoundError:
+                current = None
+            except OSError:  # not a symlink: someone else's file, replace it
+                current = ""
+            target = links.get(name)
+            if target == current:
+                continue
+            changed = True
+            if target is None:
+                os.unlink(path)
+                continue
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            os.symlink(target, tmp)
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise RecordError(f"cannot make the watch links: {exc.strerror}", folder) from None
+    return changed
+
+
+def remove_links(state_dir: str, cid: str) -> bool:
+    """Remove ``<state_dir>/watch/<cid>/``; True when there was one."""
+    folder = watch_dir(state_dir, cid)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+    try:
+        for name in names:
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RecordError(f"cannot remove the watch links: {exc.strerror}", folder) from None
+    return True
+
+
+def links_live(state_dir: str, cid: str) -> bool:
+    """Whether the container's cpuset and cpu links exist and lead to existing directories."""
+    folder = watch_dir(state_dir, cid)
+    return all(os.path.islink(os.path.join(folder, n)) and os.path.isdir(os.path.join(folder, n))
+               for n in (LINK_CPUSET, LINK_CPU))
+
+
+def list_watch_dirs(state_dir: str) -> List[str]:
+    try:
+        return sorted(e for e in os.listdir(watch_dir(state_dir)) if not e.startswith("."))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RecordError(f"cannot list: {exc.strerror}", watch_dir(state_dir)) from None
+
+
+def take_pending(state_dir: str) -> List[str]:
+    """The queued container ids; each mark is removed before it is acted on.
+
+    A mark made again while the sync runs stays, and the sync path unit (level-triggered)
+    starts another round for it. Names that cannot be ids are removed and ignored.
+    """
+    folder = os.path.join(state_dir, PENDING)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+    ids = []
+    for name in sorted(names):
+        try:
+            os.unlink(os.path.join(folder, name))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise RecordError(f"cannot remove {name!r}: {exc.strerror}", folder) from None
+        if watchable(name):
+            ids.append(name)
+    return ids
+
+
+class watch_lock:  # noqa: N801 - used like a function: ``with watch_lock(dir):``
+    """One sync at a time (the sync service, the timer's and a manual one may overlap).
+
+    A lock of its own, not the state lock: a sync talks to systemd, and ``apply`` must never
+    wait for that.
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(state_dir, WATCH_LOCK)
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise RecordError(f"cannot use the watch lock: {exc.strerror}", self.path) from None
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+        self.fd = -1
+
+
+# ---------------------------------------------------------------------------------------
+# systemd
+
+
+class Systemd:
+    """The few systemctl calls a sync makes; tests pass a stand-in with the same methods."""
+
+    def __init__(self, systemctl: str = SYSTEMCTL) -> None:
+        self.systemctl = systemctl
+
+    def _run(self, args: Sequence[str]) -> Tuple[int, str, str]:
+        import subprocess  # not on the hook's path: only a sync talks to systemd
+
+        try:
+            proc = subprocess.run([self.systemctl, "--no-pager", "--no-ask-password", *args],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return 127, "", str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def watches(self) -> Dict[str, str]:
+        """Container id -> ActiveState of every loaded watch unit."""
+        code, out, err = self._run(["list-units", "--all", "--plain", "--no-legend", "--full",
+                                    f"{WATCH_PREFIX}*{WATCH_SUFFIX}"])
+        if code != 0:
+            raise HookError(f"systemctl list-units failed: {err.strip() or code}", SYSTEMCTL)
+        states = {}
+        for line in out.splitlines():
+            words = [w for w in line.split() if w not in ("●", "*")]
+            if len(words) >= 3 and words[0].startswith(WATCH_PREFIX) and words[0].endswith(WATCH_SUFFIX):
+                states[words[0][len(WATCH_PREFIX):-len(WATCH_SUFFIX)]] = words[2]
+        return states
+
+    def act(self, verb: str, units: Sequence[str]) -> None:
+        """``systemctl start|stop|reset-failed UNIT...`` (nothing when there are no units)."""
+        if not units:
+            return
+        code, _out, err = self._run([verb, *units])
+        if code != 0:
+            raise HookError(f"systemctl {verb} failed: {' '.join(err.split()) or code}", SYSTEMCTL)
+
+
+class SyncReport(NamedTuple):
+    started: Tuple[str, ...] = ()
+    stopped: Tuple[str, ...] = ()
+    forgotten: Tuple[str, ...] = ()
+    restarted: Tuple[str, ...] = ()
+    unwatchable: Tuple[str, ...] = ()
+    errors: Tuple[str, ...] = ()
+
+
+def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Optional[Systemd] = None,
+         node: Optional[NodeView] = None) -> SyncReport:
+    """Start a watch unit for every live record and stop those without one.
+
+    Without ``full`` only the queued ids (``pending/``) are looked at: the cost follows the
+    number of containers that came or went, not the number tracked. With ``full`` (start-up,
+    timer) every record, link directory and loaded watch unit is compared too, and watch units
+    that failed (trigger limit hit) are reset and started again. A container whose cgroup is
+    gone is forgotten here as in ``reconcile``. Newly watched containers are reconciled once
+    more, for a rewrite that came between ``apply`` and the watch.
+    """
+    from .engine import read_node, reconcile, release_container
+
+    systemd = systemd or Systemd()
+    state_dir = config.state_dir
+    errors: List[str] = []
+    with watch_lock(state_dir):
+        pending = take_pending(state_dir)
+        states: Optional[Dict[str, str]] = None
+        records: set = set()
+        ids = set(pending)
+        if full:
+            states = systemd.watches()
+            records = set(list_records(state_dir, "containers"))
+            ids |= records | set(list_watch_dirs(state_dir)) | set(states)
+        if not ids:
+            return SyncReport()
+        node = node or read_node(config)
+        want: List[str] = []
+        unwanted: List[str] = []
+        forgotten: List[str] = []
+        unwatchable: List[str] = []
+        for cid in sorted(ids):
+            if not watchable(cid):
+                unwatchable.append(cid)
+                continue
+            if (states is not None and cid in records and cid not in pending and states.get(cid) == "active"
+                    and links_live(state_dir, cid)):
+                want.append(cid)  # watched, its links lead to live cgroups: no need to read its record
+                continue
+            try:
+                rec = load_record(state_dir, "containers", cid)
+                links = desired_links(node.layout, rec, cid) if rec is not None else None
+                if rec is not None and links is None:
+                    with state_lock(state_dir):
+                        release_container(cid, config, reporter, why="cgroup gone, forgotten")
+                    forgotten.append(cid)
+                if links is None:
+                    remove_links(state_dir, cid)
+                    unwanted.append(cid)
+                else:
+                    ensure_links(state_dir, cid, links)
+                    want.append(cid)
+            except HookError as exc:
+                errors.append(f"container {cid}: {exc}")
+        if states is None:
+            to_stop, to_start, failed = unwanted, want, []
+        else:
+            to_stop = [c for c in unwanted if states.get(c, "inactive") not in ("inactive",)]
+            to_start = [c for c in want if states.get(c) != "active"]
+            failed = [c for c in want if states.get(c) == "failed"]
+        try:
+            systemd.act("stop", [watch_unit(c) for c in to_stop])
+            if states is not None:
+                systemd.act("reset-failed", [watch_unit(c) for c in to_stop if states.get(c) == "failed"])
+        except HookError as exc:
+            errors.append(str(exc))
+        try:
+            if failed:
+                systemd.act("reset-failed", [watch_unit(c) for c in failed])
+            systemd.act("start", [watch_unit(c) for c in to_start])
+        except HookError as exc:
+            errors.append(str(exc))
+            to_start = []
+    for cid in unwatchable:
+        if full:
+            reporter.emit("info", f"container {cid}: id cannot name a systemd unit; only the periodic "
+                                  "reconcile covers it", to_stream=False)
+    for cid in failed:
+        reporter.warning(f"container {cid}: {watch_unit(cid)} had failed (trigger limit hit? something keeps "
+                         "rewriting its cgroup); started it again")
+    started = [c for c in to_start if states is None or states.get(c) != "active"]
+    for cid in to_stop:
+        reporter.emit("info", f"container {cid}: stopped watching ({watch_unit(cid)})", to_stream=False)
+    for cid in started:
+        if states is not None or cid in pending:
+            reporter.emit("info", f"container {cid}: watching its cgroup ({watch_unit(cid)})", to_stream=False)
+    for cid in to_start:  # a rewrite between apply (or a lost watch) and now
+        for _cid, outcome in reconcile(config, reporter, only=cid, reason="reapplied (caught up when its watch started)",
+                                       node=node):
+            if outcome.status == "error":
+                errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
+    for line in errors:
+        reporter.error(line)
+    return SyncReport(tuple(started), tuple(to_stop), tuple(forgotten), tuple(failed), tuple(unwatchable),
+                      tuple(errors))
+
+
+# ---------------------------------------------------------------------------------------
+# the services' command line (standard library only)
+
+
+def reconcile_container(config: Config, cid: str, reporter: Reporter, settle: float = DEFAULT_SETTLE,
+                        environ: Optional[Mapping[str, str]] = None) -> int:
+    """What ``mixed-cpus-hook-reconcile@<id>.service`` runs: reapply one container, then settle."""
+    from .engine import reconcile
+
+    env = os.environ if environ is None else environ
+    results = reconcile(config, reporter, only=cid, reason=trigger_reason(env), settle=settle)
+    return 1 if any(outcome.status == "error" for _cid, outcome in results) else EXIT_OK
+
+
+USAGE = """\
+usage: python -m mixed_cpus_hook.watches [--config PATH] [-v] reconcile ID [--settle SECONDS]
+       python -m mixed_cpus_hook.watches [--config PATH] [-v] sync [--full]
+
+reconcile  reapply one tracked container (what its watch unit's service runs), then re-read
+           its files for SECONDS (default 0.1) and fix again what changes meanwhile
+sync       start/stop the per-container watch units for the queued containers (--full: all)
+"""
+
+
+def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
+    args: Dict[str, Any] = {"config": None, "verbose": False, "command": "", "id": None,
+                            "settle": DEFAULT_SETTLE, "full": False}
+    rest = list(argv)
+    while rest:
+        tok = rest.pop(0)
+        if tok in ("-h", "--help"):
+            args["command"] = "help"
+            return args
+        if tok == "--config" and rest and not args["command"]:
+            args["config"] = rest.pop(0)
+        elif tok in ("-v", "--verbose") and not args["command"]:
+            args["verbose"] = True
+        elif not args["command"] and tok in ("reconcile", "sync"):
+            args["command"] = tok
+        elif args["command"] == "reconcile" and tok == "--settle" and rest:
+            try:
+                args["settle"] = float(rest.pop(0))
+            except ValueError:
+                raise UsageError("--settle takes a number of seconds", "command line") from None
+            if not 0 <= args["settle"] <= 10:
+                raise UsageError("--settle must be between 0 and 10 seconds", "command line")
+        elif args["command"] == "reconcile" and args["id"] is None and not tok.startswith("-"):
+            args["id"] = tok
+        elif args["command"] == "sync" and tok == "--full":
+            args["full"] = True
+        else:
+            raise UsageError(f"unexpected argument {tok!r}", "command line")
+    if not args["command"]:
+        raise UsageError("a command is required (reconcile ID, or sync)", "command line")
+    if args["command"] == "reconcile" and not args["id"]:
+        raise UsageError("reconcile needs a container id", "command line")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None, reporter: Optional[Reporter] = None,
+         environ: Optional[Mapping[str, str]] = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        sys.stderr.write(f"mixed-cpus-hook: usage error: {exc}\n{USAGE}")
+        return EXIT_USAGE
+    if args["command"] == "help":
+        sys.stdout.write(USAGE)
+        return EXIT_OK
+    rep = reporter or Reporter(verbose=args["verbose"])
+    try:
+        config = load_config(args["config"], environ=dict(os.environ if environ is None else environ))
+        if args["command"] == "reconcile":
+            return reconcile_container(config, args["id"], rep, settle=args["settle"], environ=environ)
+        report = sync(config, rep, full=args["full"])
+        return 1 if report.errors else EXIT_OK
+    except HookError as exc:
+        rep.error(f"{exc.kind}: {exc}")
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""The RPM: `make rpm` on this machine, what it installs, rpmlint, and `make install` giving the same tree.
+
+Runs the real tools (make, rpmbuild, rpm, rpm2cpio, cpio, rpmlint); each test skips when one
+is missing. The RPM is built once per module into a temporary directory (DIST=...), so the
+repository's own dist/ is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Set
+
+import pytest
+
+from mixed_cpus_hook.config import Config, parse_config_text
+from mixed_cpus_hook.machineconfig import parse_preset
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "rpm" / "mixed-cpus-hook.spec"
+NAME = "mixed-cpus-hook"
+SITELIB = "/usr/lib/python3.9/site-packages"
+HOOKSDIR = "/usr/share/containers/oci/hooks.d"
+MAKE_TIMEOUT = 900
+
+
+def need(*tools: str) -> None:
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+
+
+def run(argv: List[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=timeout, check=False, **kwargs)
+
+
+def version() -> str:
+    text = (REPO / "hook" / "mixed_cpus_hook" / "__init__.py").read_text()
+    m = re.search(r'^__version__ = "(.+)"$', text, re.M)
+    assert m
+    return m.group(1)
+
+
+def offline_python() -> Optional[str]:
+    """An interpreter that can build the wheel without fetching anything (setuptools and wheel)."""
+    for exe in ("/usr/bin/python3", sys.executable):
+        if os.path.exists(exe) and run([exe, "-c", "import setuptools, wheel"]).returncode == 0:
+            return exe
+    return None
+
+
+def hook_units() -> List[str]:
+    m = re.search(r"^%global hook_units (.+)$", SPEC.read_text(), re.M)
+    assert m
+    return m.group(1).split()
+
+
+def explained_codes() -> Set[str]:
+    """The rpmlint codes the spec's header comment explains ("# - code: why")."""
+    return set(re.findall(r"^# - ([a-z0-9-]+):", SPEC.read_text(), re.M))
+
+
+def tree_files(root: Path) -> Set[str]:
+    """Every regular file and symlink under root, as absolute paths of the installed system."""
+    out = set()
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            out.add("/" + os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
+    need("make", "rpmbuild", "rpm", "tar", "git")
+    dist = tmp_path_factory.mktemp("dist")
+    start = time.monotonic()
+    proc = run(["make", "-C", str(REPO), "rpm", f"DIST={dist}"], timeout=MAKE_TIMEOUT)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rpms = sorted(dist.glob(f"{NAME}-{version()}-*.noarch.rpm"))
+    assert len(rpms) == 1, sorted(p.name for p in dist.iterdir())
+    assert (dist / f"{NAME}-{version()}.tar.gz").is_file()
+    assert not (dist / "rpmbuild").exists()
+    print(f"make rpm: {seconds:.1f} s")
+    return {"rpm": rpms[0], "dist": dist, "seconds": seconds, "log": proc.stdout}
+
+
+@pytest.fixture(scope="module")
+def payload(built: Dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need("rpm2cpio", "cpio")
+    root = tmp_path_factory.mktemp("payload")
+    proc = subprocess.run(f"rpm2cpio '{built['rpm']}' | cpio -idm --quiet", shell=True, cwd=root,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def rpm_query(rpm: object, *args: str) -> str:
+    proc = run(["rpm", "-qp", *args, str(rpm)])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def rpm_files(rpm: object) -> Dict[str, str]:
+    """path -> "d" (directory) or "f" (anything else), from the RPM's header."""
+    out = {}
+    for line in rpm_query(rpm, "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]").splitlines():
+        perms, path = line.split(" ", 1)
+        out[path] = "d" if perms.startswith("d") else "f"
+    return out
+
+
+# -- what the RPM installs --------------------------------------------------------------------------
+
+def expected_files() -> Set[str]:
+    units = sorted(p.name for p in (REPO / "rpm" / "units").glob("*") if p.suffix in (".service", ".path", ".timer"))
+    modules = sorted(p.name for p in (REPO / "hook" / "mixed_cpus_hook").glob("*.py"))
+    docs = [p for p in ("README.md", "docs/openshift.md") if (REPO / p).exists()]
+    return ({f"/usr/bin/{NAME}", f"/etc/{NAME}/config.yaml", f"{HOOKSDIR}/{NAME}.json",
+             f"{HOOKSDIR}/{NAME}-release.json", f"/usr/lib/systemd/system-preset/90-{NAME}.preset",
+             f"/usr/lib/tmpfiles.d/{NAME}.conf", f"/usr/share/licenses/{NAME}/LICENSE",
+             f"/usr/share/doc/{NAME}/config.yaml"}
+            | {f"/usr/lib/systemd/system/{u}" for u in units}
+            | {f"/usr/share/{NAME}/{p.name}" for p in (REPO / "schemas").glob("*.json")}
+            | {f"{SITELIB}/mixed_cpus_hook/{m}" for m in modules}
+            | {f"/usr/share/doc/{NAME}/{os.path.basename(d)}" for d in docs})
+
+
+def test_rpm_file_list(built: Dict[str, object]) -> None:
+    files = rpm_files(built["rpm"])
+    plain = {p for p, kind in files.items() if kind == "f"}
+    missing = expected_files() - plain
+    assert not missing, missing
+    dist_info = f"{SITELIB}/mixed_cpus_hook-{version()}.dist-info"
+    assert {f"{dist_info}/METADATA", f"{dist_info}/INSTALLER"} <= plain
+    extra = {p for p in plain - expected_files()
+             if not (p.startswith(dist_info + "/") or p.startswith(f"{SITELIB}/mixed_cpus_hook/__pycache__/"))}
+    assert not extra, extra
+    # Directories it owns: its own, CRI-O's default hooks_dir (co-owned), the ghost state dir.
+    for d in (f"/etc/{NAME}", f"/usr/share/{NAME}", HOOKSDIR, f"/run/{NAME}", f"{SITELIB}/mixed_cpus_hook",
+              f"/usr/share/doc/{NAME}", f"/usr/share/licenses/{NAME}"):
+        assert files.get(d) == "d", d
+    assert not any(p.startswith("/usr/local") or "/bin/" in p and p != f"/usr/bin/{NAME}" for p in files)
+
+
+def test_rpm_metadata(built: Dict[str, object]) -> None:
+    rpm = built["rpm"]
+    assert rpm_query(rpm, "--qf", "%{NAME} %{VERSION} %{ARCH} %{LICENSE}") == f"{NAME} {version()} noarch Apache-2.0"
+    requires = rpm_query(rpm, "--requires").splitlines()
+    for dep in ("python3 >= 3.9", "python3-click >= 7.1", "python3-jsonschema >= 3.2", "python3-psutil >= 5.8",
+                "python3-pyyaml >= 5.4"):
+        assert dep in requires, requires
+    assert rpm_query(rpm, "--configfiles").split() == [f"/etc/{NAME}/config.yaml"]
+    flags = dict(line.split(" ", 1)[::-1] for line in rpm_query(
+        rpm, "--qf", "[%{FILEFLAGS:fflags} %{FILENAMES}\n]").splitlines() if " " in line)
+    assert "n" in flags[f"/etc/{NAME}/config.yaml"] and "c" in flags[f"/etc/{NAME}/config.yaml"]
+    assert "l" in flags[f"/usr/share/licenses/{NAME}/LICENSE"]
+    assert "d" in flags[f"/usr/share/doc/{NAME}/config.yaml"]
+    assert "g" in flags[f"/run/{NAME}"]
+    scripts = rpm_query(rpm, "--scripts")
+    post = scripts.split("preuninstall scriptlet")[0]
+    units = hook_units()
+    assert units and all(u in post for u in units)
+    assert "preset" in post and f"/usr/lib/tmpfiles.d/{NAME}.conf" in post
+    preun = scripts.split("preuninstall scriptlet")[1].split("postuninstall scriptlet")[0]
+    assert "disable" in preun and all(u in preun for u in units)
+    postun = scripts.split("postuninstall scriptlet")[1]
+    assert "daemon-reload" in postun and "try-restart" in postun and all(u in postun for u in units)
+
+
+def test_rpm_payload(built: Dict[str, object], payload: Path) -> None:
+    exe = payload / f"usr/bin/{NAME}"
+    assert exe.read_text().splitlines()[0] == "#!/usr/bin/python3 -I"
+    assert os.access(exe, os.X_OK)
+    for name in (f"{NAME}.json", f"{NAME}-release.json"):
+        shipped = json.loads((REPO / "hooks.d" / name).read_text())
+        installed = json.loads((payload / HOOKSDIR.lstrip("/") / name).read_text())
+        assert installed["hook"]["path"] == "/usr/bin/mixed-cpus-hook"
+        assert installed == shipped
+    config = (payload / f"etc/{NAME}/config.yaml").read_text()
+    assert config == (REPO / "rpm" / "config.yaml").read_text()
+    assert parse_config_text(config, "config.yaml") == Config(source="config.yaml")
+    assert parse_preset((payload / f"usr/lib/systemd/system-preset/90-{NAME}.preset").read_text()) == hook_units()
+    tmpfiles = (payload / f"usr/lib/tmpfiles.d/{NAME}.conf").read_text()
+    assert re.search(rf"^d\s+/run/{NAME}\s+0755\s+root\s+root\s+-\s*$", tmpfiles, re.M)
+    installer = next((payload / SITELIB.lstrip("/")).glob("*.dist-info")) / "INSTALLER"
+    assert installer.read_text().strip() == "rpm"
+    # Bytecode, when there is any, is for the target's Python 3.9 and covers every module.
+    pycache = payload / SITELIB.lstrip("/") / "mixed_cpus_hook" / "__pycache__"
+    if pycache.exists():
+        modules = {p.stem for p in (REPO / "hook" / "mixed_cpus_hook").glob("*.py")}
+        assert {p.name.split(".")[0] for p in pycache.glob("*.cpython-39.pyc")} == modules
+        assert not [p for p in pycache.iterdir() if ".cpython-39." not in p.name]
+
+
+def test_installed_package_runs(payload: Path) -> None:
+    """The installed script and package work (with this interpreter and its click & co.)."""
+    sitelib = str(payload / SITELIB.lstrip("/"))
+    exe = str(payload / f"usr/bin/{NAME}")
+    code = (f"import sys; sys.path.insert(0, {sitelib!r}); sys.argv[0] = {exe!r}; "
+            "import mixed_cpus_hook; assert mixed_cpus_hook.__file__.startswith(sys.path[0]), mixed_cpus_hook.__file__; "
+            f"exec(compile(open({exe!r}).read(), {exe!r}, 'exec'))")
+    proc = run([sys.executable, "-c", code, "--version"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(version())
+    proc = run([sys.executable, "-c", code, "check", "--help"])
+    assert proc.returncode == 0 and "--kubelet-config" in proc.stdout, proc.stderr
+    # The hook path imports only the standard library.
+    proc = run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {sitelib!r}); "
+                "import mixed_cpus_hook.fastpath, mixed_cpus_hook.engine; "
+                "print(sorted({'click', 'yaml', 'jsonschema', 'psutil'} & set(sys.modules)))"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+# -- rpmlint --------------------------------------------------------------------------------------------
+
+def test_rpmlint_clean_or_explained(built: Dict[str, object]) -> None:
+    need("rpmlint")
+    explained = explained_codes()
+    assert explained, "the spec explains no rpmlint finding"
+    seen: Dict[str, List[str]] = {}
+    for target in (SPEC, built["rpm"]):
+        proc = run(["rpmlint", str(target)], timeout=300)
+        assert "checked" in proc.stdout, proc.stdout + proc.stderr
+        for line in proc.stdout.splitlines():
+            m = re.match(r"^\S+?(?::\d+)?: ([EW]): (\S+)", line)
+            if m:
+                seen.setdefault(m.group(2), []).append(line)
+    unexplained = {code: lines for code, lines in seen.items() if code not in explained}
+    assert not unexplained, "rpmlint findings not explained in the spec's header: " + json.dumps(unexplained, indent=1)
+
+
+# -- make install: the same tree ------------------------------------------------------------------------
+
+def make_install(dest: Path, *overrides: str) -> subprocess.CompletedProcess:
+    python = offline_python() or sys.executable
+    proc = run(["make", "-C", str(REPO), "install", f"DESTDIR={dest}", f"PYTHON={python}", *overrides],
+               timeout=MAKE_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+def test_make_install_same_tree_as_rpm(built: Dict[str, object], tmp_path: Path) -> None:
+    """`make install PREFIX=/usr` (the RPM's site-packages, no bytecode) lays down the RPM's files."""
+    if offline_python() != "/usr/bin/python3":
+        pytest.skip("needs /usr/bin/python3 with setuptools and wheel, as the RPM build uses")
+    need("make")
+    dest = tmp_path / "root"
+    make_install(dest, "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=")
+    rpm_plain = {p for p, kind in rpm_files(built["rpm"]).items() if kind == "f"}
+    rpm_plain = {p for p in rpm_plain if "/__pycache__/" not in p}
+    assert tree_files(dest) == rpm_plain
+
+
+def test_make_install_default_prefix(tmp_path: Path) -> None:
+    need("make")
+    dest = tmp_path / "root"
+    make_install(dest)
+    files = tree_files(dest)
+    assert "/usr/local/bin/mixed-cpus-hook" in files
+    assert "/usr/local/lib/systemd/system-preset/90-mixed-cpus-hook.preset" in files
+    assert "/usr/local/lib/tmpfiles.d/mixed-cpus-hook.conf" in files
+    # CRI-O reads only its default hooks_dir: the JSON goes there whatever the prefix, naming the real path.
+    hook = json.loads((dest / HOOKSDIR.lstrip("/") / f"{NAME}.json").read_text())
+    assert hook["hook"]["path"] == "/usr/local/bin/mixed-cpus-hook"
+    # Units name the installed executable and interpreter, not /usr/bin's.
+    python = offline_python() or sys.executable
+    for unit in (dest / "usr/local/lib/systemd/system").iterdir():
+        text = unit.read_text()
+        assert "/usr/bin/mixed-cpus-hook" not in text, unit.name
+        assert "/usr/share/doc/" not in text, unit.name
+    real_python = run([python, "-c", "import sys; print(sys.executable)"]).stdout.strip()
+    for unit in (dest / "usr/local/lib/systemd/system").glob("*.service"):
+        for line in unit.read_text().splitlines():
+            if line.startswith("ExecStart="):
+                assert line[len("ExecStart="):].lstrip("-").split()[0] in (
+                    "/usr/local/bin/mixed-cpus-hook", real_python), (unit.name, line)
+    sitelibs = {p.split("/mixed_cpus_hook/")[0] for p in files if "/mixed_cpus_hook/fastpath.py" in p}
+    assert len(sitelibs) == 1 and re.match(r"^/usr/local/lib/python3\.\d+/site-packages$", sitelibs.pop())
+    # A second install keeps an edited configuration (like %config(noreplace)).
+    config = dest / "etc/mixed-cpus-hook/config.yaml"
+    config.write_text("failure_policy: ignore\n")
+    make_install(dest)
+    assert config.read_text() == "failure_policy: ignore\n"
+    assert not list((dest / HOOKSDIR.lstrip("/")).glob(".*.tmp"))
+
+
+# -- from a fresh clone ------------------------------------------------------------------------------------
+
+def test_make_rpm_from_fresh_clone(tmp_path: Path) -> None:
+    """`git clone && make rpm` (only what is committed; skipped until the packaging is committed)."""
+    need("git", "make", "rpmbuild")
+    committed = all(run(["git", "-C", str(REPO), "cat-file", "-e", f"HEAD:{path}"]).returncode == 0 for path in (
+        "rpm/mixed-cpus-hook.spec", "rpm/90-mixed-cpus-hook.preset", "rpm/config.yaml", "LICENSE"))
+    makefile = run(["git", "-C", str(REPO), "show", "HEAD:Makefile"]).stdout
+    if not committed or not re.search(r"^rpm:", makefile, re.M):
+        pytest.skip("the packaging files are not committed yet")
+    clone = tmp_path / "clone"
+    proc = run(["git", "clone", "-q", str(REPO), str(clone)])
+    assert proc.returncode == 0, proc.stderr
+    proc = run(["make", "-C", str(clone), "rpm", f"DIST={tmp_path / 'dist'}"], timeout=MAKE_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert len(list((tmp_path / "dist").glob(f"{NAME}-*.noarch.rpm"))) == 1

@@ -1,0 +1,436 @@
+"""Run a shell script inside a throwaway virtme-ng VM with pure cgroup v2.
+
+The host of this project's CI has a hybrid cgroup layout (v1 controllers, an
+empty cgroup2), on which crun refuses to work and no cgroup v2 controller can
+be exercised.  virtme-ng boots the host's own Debian kernel under qemu with the
+host's whole file system as a read-only root (plus throwaway overlays on /etc,
+/usr, /var, /tmp, ...), which gives a guest with:
+
+* pure cgroup v2 at /sys/fs/cgroup with the cpuset and cpu controllers;
+* ``cpus`` vCPUs;
+* the host's runc, crun, busybox, python interpreters and the project's venv,
+  unchanged (they are read from the host file system).
+
+Only the ``--rwdir`` directory is shared read-write with the host: the script
+and everything it wants to hand back must live there.  The guest's console
+output may be lost when the VM powers off, so :func:`run_in_vm` wraps the
+script and redirects its stdout and stderr into ``output.log`` in ``rwdir``,
+and records its exit status in ``exit-status``.
+
+``--disable-kvm`` is always passed: /dev/kvm exists on the CI machines but a
+KVM guest hangs at kernel entry there.  The guest is therefore emulated: a boot
+takes ~40 s and everything inside is slow (a cold ``python3 -c 'import json'``
+takes 3-5 s), so give commands inside generous timeouts.
+
+Typical use from a test::
+
+    reason = vm.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryDirectory(prefix="vng-") as rwdir:
+        result = vm.run_in_vm("cat /sys/fs/cgroup/cgroup.controllers", rwdir)
+        assert result.returncode == 0, result.describe()
+        assert "cpuset" in result.output
+"""
+
+import fcntl
+import glob
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+__all__ = [
+    "DEFAULT_VENV_DIR",
+    "VNG_REQUIREMENT",
+    "VMError",
+    "VMTimeoutError",
+    "VMResult",
+    "ensure_vng",
+    "find_kernel",
+    "run_in_vm",
+    "skip_reason",
+]
+
+#: Repository root (tests/integration/vm.py -> parents[2]).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Where :func:`ensure_vng` installs virtme-ng by default (git-ignored).
+DEFAULT_VENV_DIR = str(REPO_ROOT / ".venv-vng")
+
+#: What pip installs into that venv.  1.42 is the version the harness was
+#: verified with; the option names used here have been stable for long.
+VNG_REQUIREMENT = "virtme-ng>=1.30"
+
+#: Name of the files the wrapper writes into ``rwdir``.
+SCRIPT_NAME = "script.sh"
+WRAPPER_NAME = "vm-wrapper.sh"
+OUTPUT_NAME = "output.log"
+STATUS_NAME = "exit-status"
+
+_PathLike = Union[str, "os.PathLike[str]"]
+
+
+class VMError(RuntimeError):
+    """The VM could not be started or did not behave as expected."""
+
+
+class VMTimeoutError(VMError):
+    """The VM did not power off within the allotted time (it was killed)."""
+
+    def __init__(self, message: str, output: str, vng_output: str) -> None:
+        super().__init__(message)
+        #: What the script had written to ``output.log`` when it was killed.
+        self.output = output
+        #: What vng/qemu printed on its console until then.
+        self.vng_output = vng_output
+
+
+class VMResult:
+    """Outcome of one :func:`run_in_vm` call."""
+
+    def __init__(
+        self,
+        returncode: int,
+        output: str,
+        elapsed: float,
+        vng_returncode: int,
+        vng_output: str,
+        command: List[str],
+    ) -> None:
+        #: Exit status of the script inside the guest (from ``exit-status``
+        #: in rwdir; falls back to vng's own exit status if the wrapper could
+        #: not record it, e.g. when the guest crashed).
+        self.returncode = returncode
+        #: The script's stdout and stderr (``output.log`` in rwdir).
+        self.output = output
+        #: Wall-clock seconds from starting vng to its exit (boot included).
+        self.elapsed = elapsed
+        #: vng's exit status (normally the same as ``returncode``).
+        self.vng_returncode = vng_returncode
+        #: vng/qemu console output (stdout and stderr merged), for diagnosis.
+        self.vng_output = vng_output
+        #: The vng command line that was run.
+        self.command = command
+
+    def describe(self) -> str:
+        """Return a human-readable summary, handy as an assertion message."""
+        tail = "\n".join(self.vng_output.splitlines()[-30:])
+        return (
+            "script exit status %d (vng %d) after %.1f s\n"
+            "command: %s\n--- script output ---\n%s\n--- vng console (tail) ---\n%s"
+            % (
+                self.returncode,
+                self.vng_returncode,
+                self.elapsed,
+                " ".join(shlex.quote(c) for c in self.command),
+                self.output,
+                tail,
+            )
+        )
+
+    def __repr__(self) -> str:
+        return "VMResult(returncode=%d, elapsed=%.1f, output=%d chars)" % (
+            self.returncode,
+            self.elapsed,
+            len(self.output),
+        )
+
+
+def _venv_bin(venv_dir: _PathLike) -> Path:
+    return Path(venv_dir) / "bin"
+
+
+def _vng_ready(venv_dir: _PathLike) -> bool:
+    bindir = _venv_bin(venv_dir)
+    # vng calls virtme-run through PATH; both come from the virtme-ng wheel.
+    return all(os.access(str(bindir / name), os.X_OK) for name in ("vng", "virtme-run", "python"))
+
+
+def ensure_vng(
+    venv_dir: _PathLike = DEFAULT_VENV_DIR,
+    python: Optional[str] = None,
+    timeout: float = 600,
+) -> str:
+    """Make sure virtme-ng is installed in a venv and return its ``vng`` path.
+
+    Creates the venv at ``venv_dir`` with ``python`` (default: the running
+    interpreter) and ``pip install``\\ s :data:`VNG_REQUIREMENT` into it, unless
+    that is already done, in which case this returns immediately.  Concurrent
+    callers (e.g. pytest-xdist workers) are serialised with a lock file in the
+    venv directory.
+
+    Note that ``vng`` runs ``virtme-run`` through ``PATH``: run it with the
+    venv's ``bin`` directory first in ``PATH`` (:func:`run_in_vm` does).
+
+    Raises :class:`VMError` when the venv or the installation fails.
+    """
+    venv = Path(venv_dir).absolute()
+    vng = _venv_bin(venv) / "vng"
+    if _vng_ready(venv):
+        return str(vng)
+    # The lock lives inside the venv dir (git-ignored with it); "python -m
+    # venv" is fine with an existing directory.
+    venv.mkdir(parents=True, exist_ok=True)
+    lock_path = venv / ".vng-install.lock"
+    with open(str(lock_path), "w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            if _vng_ready(venv):
+                return str(vng)
+            steps = []  # type: List[List[str]]
+            if not os.access(str(_venv_bin(venv) / "python"), os.X_OK):
+                steps.append([python or sys.executable, "-m", "venv", str(venv)])
+            steps.append(
+                [
+                    str(_venv_bin(venv) / "python"),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    VNG_REQUIREMENT,
+                ]
+            )
+            for cmd in steps:
+                try:
+                    proc = subprocess.run(
+                        cmd,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        universal_newlines=True,
+                        timeout=timeout,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    raise VMError("cannot run %s: %s" % (" ".join(cmd), exc)) from exc
+                if proc.returncode != 0:
+                    raise VMError("%s failed (exit %d):\n%s" % (" ".join(cmd), proc.returncode, proc.stdout[-4000:]))
+            if not _vng_ready(venv):
+                raise VMError("virtme-ng installed in %s but no bin/vng there" % venv)
+            return str(vng)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _version_key(path: str) -> List[Union[int, str]]:
+    """Natural sort key: ``vmlinuz-6.10.0`` sorts after ``vmlinuz-6.9.0``."""
+    key = []  # type: List[Union[int, str]]
+    for part in re.split(r"(\d+)", os.path.basename(path)):
+        if part.isdigit():
+            key.append(int(part))
+        elif part:
+            key.append(part)
+    return key
+
+
+def find_kernel(boot_dir: str = "/boot") -> str:
+    """Return the path of the newest ``vmlinuz-*`` kernel in ``boot_dir``.
+
+    "Newest" is by version number (natural sort of the file name).  Raises
+    :class:`FileNotFoundError` when there is none.
+    """
+    candidates = [p for p in glob.glob(os.path.join(boot_dir, "vmlinuz-*")) if os.path.isfile(p)]
+    if not candidates:
+        raise FileNotFoundError("no %s/vmlinuz-* kernel (apt-get install linux-image-amd64)" % boot_dir)
+    # Compare ints with ints only: keys of different shapes fall back to str.
+    try:
+        return max(candidates, key=_version_key)
+    except TypeError:
+        return max(candidates)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        with open(str(path), "r", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: "subprocess.Popen[str]", grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL, the process group led by ``proc`` (ours only)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            # The leader is gone; qemu may linger briefly in the same group.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
+def run_in_vm(
+    script: str,
+    rwdir: _PathLike,
+    cpus: int = 4,
+    memory: str = "1G",
+    timeout: float = 900,
+    kernel: Optional[str] = None,
+    venv_dir: _PathLike = DEFAULT_VENV_DIR,
+    extra_args: Sequence[str] = (),
+) -> VMResult:
+    """Boot a throwaway VM, run ``script`` with ``sh`` inside, and power off.
+
+    ``script`` is POSIX shell source; it is written to ``rwdir/script.sh`` and
+    run as root from ``rwdir`` (as its working directory) with its stdout and
+    stderr redirected to ``rwdir/output.log``.  ``rwdir`` must be an existing
+    absolute host directory (a ``tempfile`` dir under /tmp works); it is
+    shared read-write at the same path in the guest, and it is the only place
+    whose writes survive the VM.  Inside, ``$VM_RWDIR`` holds its path.  Use
+    ``bash "$VM_RWDIR/x.sh"`` from the script if you need bash.
+
+    The rest of the guest's file system is the host's, read-only, with
+    throwaway writable overlays on /etc, /usr, /var, /tmp, /home, /opt, /srv
+    and tmpfs on /run and /var/tmp.
+
+    Runs ``vng --run KERNEL --cpus CPUS --memory MEMORY --disable-kvm
+    --rwdir RWDIR --exec 'sh RWDIR/vm-wrapper.sh' EXTRA_ARGS`` in a new
+    process group.  If it has not finished after ``timeout`` seconds, that
+    process group (and only it) is killed and :class:`VMTimeoutError` is raised
+    with the output so far.
+
+    Returns a :class:`VMResult` with the script's exit status and output and
+    the elapsed time (boot and power-off included).
+    """
+    rw = Path(rwdir)
+    if not rw.is_absolute():
+        rw = rw.absolute()
+    if not rw.is_dir():
+        raise VMError("rwdir %s is not a directory" % rw)
+    rws = str(rw)
+    if any(c in rws for c in " \t\n'\"\\$`,="):
+        # vng splits --rwdir on '=' and the kernel command line on blanks.
+        raise VMError("rwdir %r must not contain blanks, quotes, ',' or '='" % rws)
+
+    vng = ensure_vng(venv_dir)
+    kernel = kernel or find_kernel()
+
+    script_path = rw / SCRIPT_NAME
+    output_path = rw / OUTPUT_NAME
+    status_path = rw / STATUS_NAME
+    wrapper_path = rw / WRAPPER_NAME
+    for stale in (output_path, status_path):
+        if stale.exists():
+            stale.unlink()
+    script_path.write_text(script if script.endswith("\n") else script + "\n")
+    q = shlex.quote
+    wrapper_path.write_text(
+        "#!/bin/sh\n"
+        "# Written by tests/integration/vm.py: runs script.sh, keeps its output.\n"
+        "VM_RWDIR=%(rw)s\n"
+        "export VM_RWDIR\n"
+        'cd "$VM_RWDIR" || exit 125\n'
+        "sh %(script)s > %(out)s 2>&1 < /dev/null\n"
+        "rc=$?\n"
+        'echo "$rc" > %(status)s\n'
+        "sync\n"
+        'exit "$rc"\n'
+        % {
+            "rw": q(rws),
+            "script": q(str(script_path)),
+            "out": q(str(output_path)),
+            "status": q(str(status_path)),
+        }
+    )
+
+    command = [
+        vng,
+        "--run",
+        kernel,
+        "--cpus",
+        str(cpus),
+        "--memory",
+        str(memory),
+        "--disable-kvm",
+        "--rwdir",
+        rws,
+        "--exec",
+        "sh %s" % q(str(wrapper_path)),
+    ] + list(extra_args)
+    env = dict(os.environ)
+    env["PATH"] = str(Path(vng).parent) + os.pathsep + env.get("PATH", os.defpath)
+
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            universal_newlines=True,
+            errors="replace",
+            cwd=rws,
+            env=env,
+            start_new_session=True,  # its own process group: killable as one
+        )
+    except OSError as exc:
+        raise VMError("cannot start %s: %s" % (vng, exc)) from exc
+    try:
+        vng_output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(proc)
+        vng_output, _ = proc.communicate()
+        raise VMTimeoutError(
+            "VM did not finish within %s s (killed); script output so far:\n%s" % (timeout, _read_text(output_path)),
+            output=_read_text(output_path),
+            vng_output=vng_output or "",
+        ) from exc
+    except BaseException:
+        _kill_group(proc, grace=5.0)
+        proc.communicate()
+        raise
+    elapsed = time.monotonic() - start
+
+    status_text = _read_text(status_path).strip()
+    returncode = int(status_text) if status_text.lstrip("-").isdigit() else proc.returncode
+    return VMResult(
+        returncode=returncode,
+        output=_read_text(output_path),
+        elapsed=elapsed,
+        vng_returncode=proc.returncode,
+        vng_output=vng_output or "",
+        command=command,
+    )
+
+
+def skip_reason(venv_dir: _PathLike = DEFAULT_VENV_DIR) -> Optional[str]:
+    """Return why VM tests cannot run here, or None when they can.
+
+    Checks: Linux x86_64, running as root, ``qemu-system-x86_64`` on PATH, a
+    readable ``/boot/vmlinuz-*``, and that virtme-ng is (or can be) installed
+    with :func:`ensure_vng` (which may take ~10 s the first time).  Setting
+    ``MIXED_CPUS_HOOK_NO_VM=1`` in the environment also skips.
+    """
+    if os.environ.get("MIXED_CPUS_HOOK_NO_VM"):
+        return "MIXED_CPUS_HOOK_NO_VM is set"
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        return "VM tests need Linux on x86_64"
+    if os.geteuid() != 0:
+        return "VM tests need root (the guest runs as the host user)"
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
+    try:
+        kernel = find_kernel()
+    except FileNotFoundError as exc:
+        return str(exc)
+    if not os.access(kernel, os.R_OK):
+        return "kernel %s is not readable" % kernel
+    try:
+        ensure_vng(venv_dir)
+    except VMError as exc:
+        return "virtme-ng not installable: %s" % exc
+    return None

@@ -1,0 +1,574 @@
+"""`mixed-cpus-hook check`, the node doctor, on fake nodes: one healthy, and one broken per row.
+
+A fake node here is the conftest's fake cgroup/sysfs tree plus kubelet's configuration and
+CPU manager state, CRI-O's configuration and hooks dir, the preset and a fake systemctl that
+answers `show` from a JSON file. Every row breaks one thing and names the finding it expects,
+with its status, message and fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+from mixed_cpus_hook import doctor
+from mixed_cpus_hook.doctor import (
+    ERROR,
+    OK,
+    WARNING,
+    Finding,
+    Paths,
+    compute_findings,
+    flag_values,
+    format_table,
+    parse_toml_subset,
+    read_facts,
+    when_problem,
+    worst,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = REPO / "rpm" / "90-mixed-cpus-hook.preset"
+HOOKS_D = REPO / "hooks.d"
+UNITS = doctor.parse_preset(PRESET.read_text())
+UNIT = UNITS[0]
+HEALTHY_UNIT = {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "active", "SubState": "waiting",
+                "Type": "", "Result": "success"}
+
+# `systemctl show --property=... -- UNIT` answered from <state>/<UNIT> (key=value lines); a
+# <state>/<UNIT>.fail file makes it fail; an unknown unit is "not-found", as systemd says.
+FAKE_SYSTEMCTL = """#!/bin/sh
+[ "$1" = show ] || exit 2
+case "$2" in --property=*) ;; *) exit 2 ;; esac
+for unit; do :; done
+if [ -e "{state}/$unit.fail" ]; then echo "Failed to connect to bus" >&2; exit 1; fi
+if [ -f "{state}/$unit" ]; then cat "{state}/$unit"; exit 0; fi
+printf 'LoadState=not-found\\nUnitFileState=\\nActiveState=inactive\\nSubState=dead\\nType=\\nResult=success\\n'
+"""
+
+
+class DoctorNode:
+    """A fake node that the doctor reads (all paths under ``root``)."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        root = Path(node.root)
+        self.root = root
+        self.kubelet_config = root / "etc/kubernetes/kubelet.conf"
+        self.kubelet_state = root / "var/lib/kubelet/cpu_manager_state"
+        self.crio_config = root / "etc/crio/crio.conf"
+        self.crio_dir = root / "etc/crio/crio.conf.d"
+        self.hooks_dir = root / "usr/share/containers/oci/hooks.d"
+        self.exe = root / "usr/bin/mixed-cpus-hook"
+        self.preset = root / "usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset"
+        self.systemctl = root / "bin/systemctl"
+        self.systemctl_state = root / "systemctl-state"
+        self.isolated = Path(node.sys_root) / "devices/system/cpu/isolated"
+        self.online = Path(node.sys_root) / "devices/system/cpu/online"
+        for d in (self.kubelet_config.parent, self.kubelet_state.parent, self.crio_dir, self.hooks_dir,
+                  self.exe.parent, self.preset.parent, self.systemctl.parent):
+            d.mkdir(parents=True, exist_ok=True)
+        self.write_kubelet()
+        self.write_state()
+        self.crio_config.write_text(
+            "# The CRI-O configuration (a subset)\n[crio]\n\n[crio.runtime]\n"
+            "default_runtime = \"crun\"  # comment\n"
+            "cgroup_manager = \"systemd\"\n"
+            f"hooks_dir = [\n  \"{self.hooks_dir}\",  # ours\n]\n"
+            "[crio.runtime.runtimes.crun]\nruntime_path = '/usr/bin/crun'\nallowed_annotations = []\n")
+        self.exe.write_text("#!/bin/sh\nexit 0\n")
+        self.exe.chmod(0o755)
+        self.install_hooks()
+        self.preset.write_text(PRESET.read_text())
+        self.isolated.write_text("\n")
+        self.set_units({u: dict(HEALTHY_UNIT) for u in UNITS})
+        self.systemctl.write_text(FAKE_SYSTEMCTL.format(state=str(self.systemctl_state)))
+        self.systemctl.chmod(0o755)
+
+    def write_kubelet(self, **changes: Any) -> None:
+        doc = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+               "cpuManagerPolicy": "static", "reservedSystemCPUs": "0-3", "cgroupDriver": "systemd"}
+        doc.update(changes)
+        doc = {k: v for k, v in doc.items() if v is not None}
+        # OpenShift writes JSON; YAML readers read it too.
+        self.kubelet_config.write_text(json.dumps(doc, indent=2))
+
+    def write_state(self, entries: Optional[Dict[str, Dict[str, str]]] = None, policy: str = "static") -> None:
+        entries = {"0f1e2d3c-aaaa-bbbb-cccc-123456789abc": {"app": "4-5"}} if entries is None else entries
+        self.kubelet_state.write_text(json.dumps({"policyName": policy, "defaultCpuSet": "0-3,6-7",
+                                                  "entries": entries, "checksum": 12345}))
+
+    def install_hooks(self, exe: Optional[str] = None) -> None:
+        for src in sorted(HOOKS_D.glob("*.json")):
+            doc = json.loads(src.read_text())
+            doc["hook"]["path"] = exe or str(self.exe)
+            (self.hooks_dir / src.name).write_text(json.dumps(doc, indent=2))
+
+    def edit_hook(self, name: str, edit: Callable[[Dict[str, Any]], None]) -> None:
+        path = self.hooks_dir / name
+        doc = json.loads(path.read_text())
+        edit(doc)
+        path.write_text(json.dumps(doc))
+
+    def set_units(self, units: Dict[str, Dict[str, str]], fail: Optional[List[str]] = None) -> None:
+        if self.systemctl_state.exists():
+            for p in self.systemctl_state.iterdir():
+                p.unlink()
+        self.systemctl_state.mkdir(exist_ok=True)
+        for unit, props in units.items():
+            (self.systemctl_state / unit).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        for unit in fail or []:
+            (self.systemctl_state / f"{unit}.fail").write_text("")
+
+    def set_unit(self, unit: str, **props: str) -> None:
+        (self.systemctl_state / unit).write_text("".join(f"{k}={v}\n" for k, v in dict(HEALTHY_UNIT, **props).items()))
+
+    def paths(self, **changes: Any) -> Paths:
+        base = Paths(config=self.node.config_path, kubelet_config=str(self.kubelet_config),
+                     kubelet_state=str(self.kubelet_state), crio_config=str(self.crio_config),
+                     crio_config_dir=str(self.crio_dir), preset=str(self.preset), systemctl=str(self.systemctl),
+                     detect=False)
+        return base._replace(**changes)
+
+    def argv(self, **changes: Any) -> List[str]:
+        """The same as a `check` command line."""
+        p = self.paths(**changes)
+        argv = ["--config", p.config, "check", "--no-detect", "--preset", p.preset]
+        for opt, value in (("--kubelet-config", p.kubelet_config), ("--kubelet-state", p.kubelet_state),
+                           ("--crio-config", p.crio_config), ("--crio-config-dir", p.crio_config_dir),
+                           ("--systemctl", p.systemctl)):
+            if value:
+                argv += [opt, value]
+        return argv
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def dnode(request: pytest.FixtureRequest, fake_node: Callable[..., Any]) -> DoctorNode:
+    return DoctorNode(fake_node(version=request.param, online="0-7", shared="2-3"))
+
+
+def findings_of(dn: DoctorNode, **paths: Any) -> List[Finding]:
+    return compute_findings(read_facts(dn.paths(**paths)))
+
+
+def by_check(findings: List[Finding], check: str) -> Finding:
+    matches = [f for f in findings if f.check == check]
+    assert matches, f"no finding {check!r} in {[f.check for f in findings]}"
+    bad = [f for f in matches if f.status != OK]
+    return bad[0] if bad else matches[0]
+
+
+# -- healthy --------------------------------------------------------------------------------------
+
+def test_healthy_node(dnode: DoctorNode) -> None:
+    findings = findings_of(dnode)
+    assert [f for f in findings if f.status != OK] == []
+    checks = [f.check for f in findings]
+    assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
+                       "cpu-manager-state", "crio-config", "hook-apply", "hook-release"]
+                      + [f"unit:{u}" for u in UNITS] + ["cgroup"])
+    assert all(f.fix == "" for f in findings)
+    assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")
+    assert f"cgroup v{dnode.node.version}" in by_check(findings, "cgroup").message
+    assert "CRI-O systemd" in by_check(findings, "cgroup").message and "kubelet systemd" in by_check(
+        findings, "cgroup").message
+    assert str(dnode.crio_config) in by_check(findings, "crio-config").message
+    assert worst(findings) == OK
+
+
+def test_healthy_node_cli(dnode: DoctorNode, run_cli: Any) -> None:
+    res = run_cli(dnode.argv())
+    assert res.code == 0, res.out + res.err
+    lines = res.out.splitlines()
+    assert lines[0].split() == ["CHECK", "STATUS", "FINDING"]
+    assert lines[-1] == "0 error(s), 0 warning(s)"
+    assert "fix:" not in res.out
+    res = run_cli(dnode.argv() + ["--json"])
+    assert res.code == 0
+    doc = json.loads(res.out)
+    assert all(set(item) == {"check", "status", "message", "fix"} for item in doc)
+    assert {item["status"] for item in doc} == {"ok"}
+
+
+# -- broken, one thing per row --------------------------------------------------------------------
+
+def _bad_config(dn: DoctorNode) -> None:
+    dn.node.configure(failure_policy="sometimes")
+
+
+def _no_shared_file(dn: DoctorNode) -> None:
+    os.unlink(dn.node.shared_file)
+
+
+def _offline(dn: DoctorNode) -> None:
+    dn.online.write_text("0-2\n")
+
+
+def _isolated(dn: DoctorNode) -> None:
+    dn.isolated.write_text("3-7\n")
+
+
+def _hooks_elsewhere(dn: DoctorNode) -> None:
+    (dn.crio_dir / "10-hooks.conf").write_text("[crio.runtime]\nhooks_dir = [\"/nonexistent/hooks.d\"]\n")
+
+
+def _exe_not_executable(dn: DoctorNode) -> None:
+    dn.exe.chmod(0o644)
+
+
+def _exe_missing(dn: DoctorNode) -> None:
+    dn.install_hooks(exe=str(dn.root / "nonexistent/mixed-cpus-hook"))
+
+
+def _unreadable_hook(dn: DoctorNode) -> None:
+    (dn.hooks_dir / "mixed-cpus-hook.json").write_text("{not json")
+
+
+def _wrong_stage(dn: DoctorNode) -> None:
+    dn.edit_hook("mixed-cpus-hook.json", lambda d: d.update(stages=["prestart"]))
+
+
+def _custom_prefix(dn: DoctorNode) -> None:
+    dn.node.configure(annotation_prefix="cpus.example.com")
+
+
+def _no_when(dn: DoctorNode) -> None:
+    dn.edit_hook("mixed-cpus-hook-release.json", lambda d: d.update(when={}))
+
+
+def _crio_syntax(dn: DoctorNode) -> None:
+    (dn.crio_dir / "20-bad.conf").write_text("[crio.runtime\nhooks_dir = 1\n")
+
+
+def _driver_mismatch(dn: DoctorNode) -> None:
+    dn.write_kubelet(cgroupDriver="cgroupfs")
+
+
+def _driver_default(dn: DoctorNode) -> None:
+    dn.write_kubelet(cgroupDriver=None)  # KubeletConfiguration's default is cgroupfs
+
+
+def _no_cgroup(dn: DoctorNode) -> None:
+    empty = dn.root / "empty-cgroup"
+    empty.mkdir()
+    dn.node.configure(cgroup_root=str(empty))
+
+
+CASES = [
+    # (id, break, check, status, in message, in fix)
+    ("config-invalid", _bad_config, "config", ERROR, "failure_policy", "correct that setting"),
+    ("shared-file-missing", _no_shared_file, "shared-cpus", ERROR, "shared-CPU file not found",
+     "write the node's shared cpulist"),
+    ("shared-offline", _offline, "shared-cpus", ERROR, "3 not online", "bring CPU(s) 3 online"),
+    ("shared-isolated", _isolated, "isolation", ERROR, "shared CPU(s) 3 are isolated", "take 3 out of isolcpus="),
+    ("policy-none", lambda dn: dn.write_kubelet(cpuManagerPolicy="none"), "cpu-manager-policy", ERROR,
+     "cpuManagerPolicy is 'none'", "set cpuManagerPolicy: static"),
+    ("policy-unset", lambda dn: dn.write_kubelet(cpuManagerPolicy=None), "cpu-manager-policy", ERROR,
+     "cpuManagerPolicy is 'none'", "set cpuManagerPolicy: static"),
+    ("reserved-unset", lambda dn: dn.write_kubelet(reservedSystemCPUs=None), "reserved-cpus", ERROR,
+     "reservedSystemCPUs is not set", "set reservedSystemCPUs to a set that includes 2-3"),
+    ("reserved-short", lambda dn: dn.write_kubelet(reservedSystemCPUs="0-2"), "reserved-cpus", ERROR,
+     "lacks shared CPU(s) 3", "add 3 to reservedSystemCPUs, then drain the node"),
+    ("reserved-garbage", lambda dn: dn.write_kubelet(reservedSystemCPUs="two"), "reserved-cpus", ERROR,
+     "is not a cpulist", "correct reservedSystemCPUs"),
+    ("kubelet-config-missing", lambda dn: dn.kubelet_config.unlink(), "kubelet-config", ERROR, "not found",
+     "--kubelet-config"),
+    ("kubelet-config-kubeconfig", lambda dn: dn.kubelet_config.write_text("apiVersion: v1\nkind: Config\n"),
+     "kubelet-config", ERROR, "not a KubeletConfiguration", "--kubelet-config"),
+    ("kubelet-config-garbage", lambda dn: dn.kubelet_config.write_text("a: [\n"), "kubelet-config", ERROR,
+     "cannot read", "--kubelet-config"),
+    ("state-overlap", lambda dn: dn.write_state({"pod-1": {"app": "3-4", "side": "6"}, "pod-2": {"x": "2"}}),
+     "cpu-manager-state", ERROR, "pod pod-1 container app: 3; pod pod-2 container x: 2",
+     "remove " ),
+    ("state-policy", lambda dn: dn.write_state(policy="none"), "cpu-manager-state", ERROR,
+     "policyName 'none' but kubelet is configured with 'static'", "stop kubelet, remove"),
+    ("state-missing", lambda dn: dn.kubelet_state.unlink(), "cpu-manager-state", ERROR, "not found",
+     "--kubelet-state"),
+    ("state-garbage", lambda dn: dn.kubelet_state.write_text("{"), "cpu-manager-state", ERROR, "cannot read",
+     "--kubelet-state"),
+    ("hooks-dir-empty", lambda dn: [p.unlink() for p in dn.hooks_dir.iterdir()], "hook-apply", ERROR,
+     "runs `mixed-cpus-hook apply` at createRuntime", "install mixed-cpus-hook.json"),
+    ("release-missing", lambda dn: (dn.hooks_dir / "mixed-cpus-hook-release.json").unlink(), "hook-release", ERROR,
+     "runs `mixed-cpus-hook release` at poststop", "install mixed-cpus-hook-release.json"),
+    ("hooks-dir-elsewhere", _hooks_elsewhere, "hook-apply", ERROR, "(/nonexistent/hooks.d)",
+     "into /nonexistent/hooks.d"),
+    ("hook-not-executable", _exe_not_executable, "hook-apply", ERROR, "is not an executable file",
+     "install the executable at"),
+    ("hook-exe-missing", _exe_missing, "hook-release", ERROR, "is not an executable file",
+     "install the executable at"),
+    ("hook-unreadable", _unreadable_hook, "hook-apply", ERROR, "mixed-cpus-hook.json: cannot read",
+     "install mixed-cpus-hook.json"),
+    ("hook-wrong-stage", _wrong_stage, "hook-apply", ERROR, "at createRuntime", "install mixed-cpus-hook.json"),
+    ("hook-prefix", _custom_prefix, "hook-apply", ERROR, "the hook never runs",
+     "\"^cpus\\.example\\.com/.+$\": \".*\""),
+    ("hook-no-when", _no_when, "hook-release", ERROR, "sets no condition", "make a \"when\" annotations key match"),
+    ("crio-syntax", _crio_syntax, "crio-config", WARNING, "20-bad.conf: line 1", "correct the file"),
+    ("unit-disabled", lambda dn: dn.set_unit(UNIT, UnitFileState="disabled", ActiveState="inactive"),
+     f"unit:{UNIT}", ERROR, "disabled, inactive", f"systemctl enable --now {UNIT}"),
+    ("unit-failed", lambda dn: dn.set_unit(UNIT, ActiveState="failed", Result="trigger-limit-hit"),
+     f"unit:{UNIT}", ERROR, "failed (trigger-limit-hit)", f"journalctl -u {UNIT}"),
+    ("unit-stopped", lambda dn: dn.set_unit(UNIT, ActiveState="inactive", SubState="dead"), f"unit:{UNIT}", ERROR,
+     "enabled, inactive (dead)", f"systemctl start {UNIT}"),
+    ("unit-not-found", lambda dn: dn.set_units({}), f"unit:{UNIT}", ERROR, "not loaded (not-found)",
+     "install the RPM"),
+    ("unit-systemctl-fails", lambda dn: dn.set_units({u: HEALTHY_UNIT for u in UNITS}, fail=[UNIT]),
+     f"unit:{UNIT}", ERROR, "Failed to connect to bus", "systemctl status"),
+    ("preset-missing", lambda dn: dn.preset.unlink(), "units", WARNING, "checked the built-in list",
+     "ships the preset"),
+    ("driver-mismatch", _driver_mismatch, "cgroup", ERROR, "CRI-O systemd (from", "same value (systemd)"),
+    ("driver-default", _driver_default, "cgroup", ERROR, "kubelet cgroupfs: they differ", "same value"),
+    ("no-cgroup", _no_cgroup, "cgroup", ERROR, "no cgroup v1 cpuset hierarchy and no cgroup v2", "cgroup_root"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_broken_node(dnode: DoctorNode, case: tuple) -> None:
+    _id, breaker, check, status, in_message, in_fix = case
+    breaker(dnode)
+    findings = findings_of(dnode)
+    f = by_check(findings, check)
+    assert f.status == status, f
+    assert in_message in f.message, f.message
+    assert in_fix in f.fix, f.fix
+    # Every finding that is not ok says what to do.
+    assert all(x.fix for x in findings if x.status != OK), [x for x in findings if x.status != OK and not x.fix]
+    assert worst(findings) == status
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in (
+    "shared-isolated", "reserved-short", "state-overlap", "hook-prefix", "unit-failed", "crio-syntax")],
+    ids=lambda c: c[0])
+def test_broken_node_cli(dnode: DoctorNode, run_cli: Any, case: tuple) -> None:
+    _id, breaker, check, status, in_message, in_fix = case
+    breaker(dnode)
+    res = run_cli(dnode.argv())
+    assert res.code == (1 if status == ERROR else 0), res.out + res.err
+    row = [line for line in res.out.splitlines() if line.startswith(check + " ")]
+    assert row and status.upper() in row[0] and in_message in row[0]
+    assert any(line.strip() == f"fix: {by_check(findings_of(dnode), check).fix}" for line in res.out.splitlines())
+    doc = json.loads(run_cli(dnode.argv() + ["--json"]).out)
+    assert any(d["check"] == check and d["status"] == status and d["fix"] for d in doc)
+
+
+# -- units: skipped, oneshot ------------------------------------------------------------------------
+
+def test_units_skipped_without_systemd(dnode: DoctorNode, tmp_path: Path, run_cli: Any) -> None:
+    findings = findings_of(dnode, systemctl=None, systemd_run_dir=str(tmp_path / "no-systemd"))
+    f = by_check(findings, "units")
+    assert f.status == WARNING and "systemd is not PID 1" in f.message and "--systemctl" in f.fix
+    assert not [x for x in findings if x.check.startswith("unit:")]
+    assert worst(findings) == WARNING
+    res = run_cli(dnode.argv(systemctl=None) + ["--no-systemd"])
+    assert res.code == 0, res.out
+    assert "units not checked: skipped on request (--no-systemd)" in res.out
+    assert res.out.splitlines()[-1] == "0 error(s), 1 warning(s)"
+
+
+def test_units_systemctl_not_runnable(dnode: DoctorNode) -> None:
+    f = by_check(findings_of(dnode, systemctl=str(dnode.root / "nonexistent/systemctl")), "units")
+    assert f.status == WARNING and "cannot run" in f.message
+
+
+def test_finished_oneshot_service_is_fine() -> None:
+    def unit_facts(**props: str) -> Dict[str, Any]:
+        return {"skipped": None, "preset_note": None, "checked": ["x.service"], "units": {"x.service": dict(
+            HEALTHY_UNIT, **props)}}
+
+    fine = doctor._unit_findings({"units": unit_facts(Type="oneshot", ActiveState="inactive", SubState="dead")})
+    assert fine == [Finding("unit:x.service", OK, "enabled, inactive (dead)")]
+    failed = doctor._unit_findings({"units": unit_facts(Type="oneshot", ActiveState="inactive", Result="exit-code")})
+    assert failed[0].status == ERROR and failed[0].fix == "systemctl start x.service"
+    static = doctor._unit_findings({"units": unit_facts(UnitFileState="static")})
+    assert static[0].status == OK
+
+
+# -- kubelet and CRI-O found through their command lines (psutil) ------------------------------------
+
+def test_paths_from_command_lines(dnode: DoctorNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    root_dir = dnode.root / "kubelet-root"
+    root_dir.mkdir()
+    (root_dir / "cpu_manager_state").write_text(json.dumps({"policyName": "static", "entries": {
+        "p": {"c": "2"}}}))
+    conf_dir = dnode.root / "crio-d"
+    conf_dir.mkdir()
+    (conf_dir / "00-default.conf").write_text("[crio.runtime]\ncgroup_manager = 'cgroupfs'\n")
+    argvs = {
+        "kubelet": ["/usr/bin/kubelet", "--config=" + str(dnode.kubelet_config), "--root-dir", str(root_dir),
+                    "--reserved-cpus=0-2", "--cgroup-driver", "cgroupfs"],
+        "crio": ["/usr/bin/crio", "--config", str(dnode.root / "none.conf"), "-d", str(conf_dir),
+                 "--hooks-dir", str(dnode.hooks_dir)],
+    }
+    monkeypatch.setattr(doctor, "process_args", lambda name: argvs.get(name))
+    facts = read_facts(dnode.paths(kubelet_config=None, kubelet_state=None, crio_config=None, crio_config_dir=None,
+                                   detect=True))
+    assert facts["kubelet"]["config_path"] == str(dnode.kubelet_config)
+    assert facts["kubelet"]["config_source"] == "kubelet's command line"
+    assert facts["kubelet"]["state_path"] == str(root_dir / "cpu_manager_state")
+    assert facts["crio"]["files"] == [str(conf_dir / "00-default.conf")]
+    assert facts["crio"]["hooks_dir_source"] == "crio's command line"
+    findings = compute_findings(facts)
+    # --reserved-cpus on the command line overrides the file's 0-3.
+    assert "lacks shared CPU(s) 3" in by_check(findings, "reserved-cpus").message
+    assert "pod p container c: 2" in by_check(findings, "cpu-manager-state").message
+    assert "CRI-O cgroupfs" in by_check(findings, "cgroup").message
+    assert by_check(findings, "cgroup").status == OK
+    assert by_check(findings, "hook-apply").status == OK
+
+
+def test_defaults_when_nothing_is_found(dnode: DoctorNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "DEFAULT_KUBELET_CONFIGS", (str(dnode.root / "nope.yaml"),))
+    monkeypatch.setattr(doctor, "DEFAULT_KUBELET_ROOT", str(dnode.root / "nope"))
+    findings = findings_of(dnode, kubelet_config=None, kubelet_state=None)
+    k = by_check(findings, "kubelet-config")
+    assert k.status == WARNING and "no KubeletConfiguration found" in k.message
+    s = by_check(findings, "cpu-manager-state")
+    assert s.status == WARNING and "(from default): not found" in s.message
+    assert not [f for f in findings if f.check in ("cpu-manager-policy", "reserved-cpus")]
+
+
+def test_process_args(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    # A real scan finds some process with this process's name (maybe this one) and its argv.
+    argv = doctor.process_args(psutil.Process().name())
+    assert argv and all(isinstance(a, str) for a in argv)
+    assert doctor.process_args("no-such-process-name-xyz") is None
+
+    class Proc:
+        def __init__(self, name: str, cmdline: Optional[List[str]]) -> None:
+            self.info = {"name": name, "cmdline": cmdline}
+
+    procs = [Proc("systemd", ["/sbin/init"]), Proc("crio", None), Proc("hyperkube", ["/usr/bin/kubelet", "--v=2"]),
+             Proc("crio", ["/usr/bin/crio", "--config", "/x"])]
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs=None: iter(procs))
+    assert doctor.process_args("kubelet") == ["/usr/bin/kubelet", "--v=2"]  # by argv[0]
+    assert doctor.process_args("crio") == ["/usr/bin/crio", "--config", "/x"]  # skips the one without cmdline
+
+
+def test_flag_values() -> None:
+    argv = ["kubelet", "--config", "/a", "--config=/b", "-c", "/c", "--configx=/d", "--config"]
+    assert flag_values(argv, "--config") == ["/a", "/b"]
+    assert flag_values(argv, "--config", "-c") == ["/a", "/b", "/c"]
+    assert flag_values(["crio"], "--config") == []
+
+
+# -- the small TOML reader --------------------------------------------------------------------------
+
+def test_toml_subset() -> None:
+    text = "\n".join([
+        "# comment",
+        "top = 1",
+        "[crio]",
+        'root = "/var/lib/containers/storage"  # trailing',
+        "storage_option = [",
+        '    "overlay.mountopt=nodev",  # a comment inside',
+        "    'literal\\no-escape',",
+        "]",
+        "[ crio.runtime ]",
+        'hooks_dir = ["/a", "/b",]',
+        'cgroup_manager = "systemd"',
+        "conmon_env = [ ]",
+        "pids_limit = 0x10",
+        "read_only = false",
+        "selinux = true",
+        "log_size_max = -1",
+        "weird = 1979-05-27T07:32:00Z",
+        'inline = { a = "}", b = [1, 2] }',
+        '"quoted key" = "x\\ty\\"z"',
+        'multi = """',
+        "line 1",
+        'line 2"""',
+        "lit = \'\'\'raw \\n\'\'\'",
+        'dotted.key = "v"',
+        "[crio.runtime.runtimes.runc]",
+        'runtime_path = ""',
+        "[[crio.list]]",
+        "x = 1",
+        "",
+    ])
+    t = parse_toml_subset(text)
+    assert t[""] == {"top": 1}
+    assert t["crio"]["storage_option"] == ["overlay.mountopt=nodev", "literal\\no-escape"]
+    rt = t["crio.runtime"]
+    assert rt["hooks_dir"] == ["/a", "/b"] and rt["cgroup_manager"] == "systemd"
+    assert rt["conmon_env"] == [] and rt["pids_limit"] == 16 and rt["read_only"] is False and rt["selinux"] is True
+    assert rt["log_size_max"] == -1 and rt["inline"] is None and rt["quoted key"] == "x\ty\"z"
+    assert rt["weird"] == "1979-05-27T07:32:00Z"
+    assert rt["multi"] == "line 1\nline 2" and rt["lit"] == "raw \\n"
+    assert t["crio.runtime.dotted"] == {"key": "v"}
+    assert t["crio.runtime.runtimes.runc"] == {"runtime_path": ""}
+    assert t["crio.list"] == {"x": 1}
+
+
+@pytest.mark.parametrize("text,line", [
+    ("[crio.runtime\n", 1),
+    ("a = 1\nb = \"open\n", 2),
+    ("a = [1 2]\n", 1),
+    ("a 1\n", 1),
+    ("a = 1 b = 2\n", 1),
+    ("a = \"\"\"never closed\n", 1),
+])
+def test_toml_subset_errors(text: str, line: int) -> None:
+    with pytest.raises(doctor.TomlError, match=f"line {line}:"):
+        parse_toml_subset(text)
+
+
+# -- pure pieces -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("when,prefix,problem", [
+    ({"annotations": {"^mixed-cpus\\.openshift\\.io/.+$": ".*"}}, "mixed-cpus.openshift.io", None),
+    ({"annotations": {"^mixed-cpus\\.openshift\\.io/.+$": ".*"}}, "example.com", "never runs"),
+    ({"annotations": {"^mixed-cpus\\.openshift\\.io/.+$": "^disable$"}}, "mixed-cpus.openshift.io", "never runs"),
+    ({"always": True}, "example.com", None),
+    ({"always": False}, "example.com", "sets no condition"),
+    ({}, "x", "sets no condition"),
+    ({"commands": [".*/sleep$"]}, "x", None),
+    ({"annotations": {"(": ".*"}}, "x", "not a regular expression"),
+    ({"annotations": ["x"]}, "x", "not an object"),
+])
+def test_when_problem(when: Any, prefix: str, problem: Optional[str]) -> None:
+    got = when_problem(when, prefix)
+    assert (got is None) if problem is None else (problem in (got or ""))
+
+
+def test_format_table() -> None:
+    table = format_table([Finding("config", OK, "fine"), Finding("a-longer-check", ERROR, "bad", "do this"),
+                          Finding("w", WARNING, "hm", "maybe that")])
+    assert table.splitlines() == [
+        "CHECK           STATUS   FINDING",
+        "config          ok       fine",
+        "a-longer-check  ERROR    bad",
+        "                         fix: do this",
+        "w               WARNING  hm",
+        "                         fix: maybe that",
+        "1 error(s), 1 warning(s)",
+    ]
+
+
+def test_hooks_d_files_of_the_repo_pass(tmp_path: Path) -> None:
+    """The shipped hooks.d files themselves: the right stages and args, and a `when` that matches."""
+    entries = doctor.read_hook_files([str(HOOKS_D)])
+    kinds = {(tuple(e["stages"]), e["args"][-1]) for e in entries}
+    assert kinds == {(("createRuntime",), "apply"), (("poststop",), "release")}
+    for e in entries:
+        assert e["path"] == "/usr/bin/mixed-cpus-hook"
+        assert when_problem(e["when"], "mixed-cpus.openshift.io") is None
+
+
+def test_executable_bits_matter(tmp_path: Path) -> None:
+    exe = tmp_path / "mixed-cpus-hook"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(stat.S_IRUSR)
+    (tmp_path / "h.json").write_text(json.dumps({"version": "1.0.0", "hook": {"path": str(exe), "args": [
+        "mixed-cpus-hook", "apply"]}, "when": {"always": True}, "stages": ["createRuntime"]}))
+    (tmp_path / "other.json").write_text(json.dumps({"hook": {"path": "/usr/bin/other"}}))
+    (tmp_path / "broken-other.json").write_text("{")
+    entries = doctor.read_hook_files([str(tmp_path)])
+    assert [e["file"] for e in entries] == [str(tmp_path / "h.json")]
+    assert entries[0]["path_ok"] is False  # not even root may execute a file without an x bit

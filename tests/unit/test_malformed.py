@@ -1,0 +1,299 @@
+"""One table of malformed inputs to ``apply``: each fails with one line naming what and where.
+
+Every row builds a fake node with one asking container, breaks one thing, and runs the
+fast path in-process. For every row: the exit code (1 with failure_policy fail; 0 with
+ignore, except when the configuration itself cannot be trusted), exactly one line on
+stderr, the same line in syslog, the expected text in it, and nothing written (no record,
+every cgroup file unchanged, not even rewritten with the same value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import syslog
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import pytest
+
+PREFIX = "mixed-cpus.openshift.io"
+
+
+class Case:
+    """One asking container on a fake node, and how the hook will be run for it."""
+
+    def __init__(self, node: Any, policy: str) -> None:
+        self.node = node
+        self.paths = node.add_container("abc", quota=200000, pod_quota=200000)
+        self.state: Dict[str, Any] = node.load_json(self.paths["state"])
+        self.raw_stdin: Optional[str] = None
+        self.state_arg: Optional[str] = None
+        self.config_arg = node.config_path
+        self.settings: Dict[str, Any] = {"failure_policy": policy}
+        self.raw_config: Optional[str] = None
+        self.outside = os.path.join(node.root, "outside")
+
+    # builders (each returns self, so that a row can be one lambda)
+    def set_state(self, **changes: Any) -> "Case":
+        self.state.update(changes)
+        return self
+
+    def drop_state(self, key: str) -> "Case":
+        del self.state[key]
+        return self
+
+    def stdin(self, text: str) -> "Case":
+        self.raw_stdin = text
+        return self
+
+    def annotate(self, key: str, value: str) -> "Case":
+        self.state["annotations"][key] = value
+        return self
+
+    def spec(self, edit: Callable[[Dict[str, Any]], Any]) -> "Case":
+        self.node.edit_spec(self.paths, edit)
+        return self
+
+    def spec_text(self, text: str) -> "Case":
+        with open(os.path.join(self.paths["bundle"], "config.json"), "w", encoding="utf-8") as f:
+            f.write(text)
+        return self
+
+    def cpu(self, **values: Any) -> "Case":
+        return self.spec(lambda s: s["linux"]["resources"]["cpu"].update(values))
+
+    def cgroups_path(self, value: Optional[str]) -> "Case":
+        if value is None:
+            return self.spec(lambda s: s["linux"].pop("cgroupsPath"))
+        return self.spec(lambda s: s["linux"].update(cgroupsPath=value))
+
+    def setting(self, **values: Any) -> "Case":
+        self.settings.update(values)
+        return self
+
+    def config_text(self, text: str) -> "Case":
+        self.raw_config = text
+        return self
+
+    def proc(self, text: str, pid: int = 4242) -> "Case":
+        path = os.path.join(self.node.proc_root, str(pid), "cgroup")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="ascii") as f:
+            f.write(text)
+        return self.set_state(pid=pid)
+
+    def write_file(self, path: str, text: str) -> "Case":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return self
+
+    def remove(self, path: str) -> "Case":
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        return self
+
+    def container_dirs(self) -> List[str]:
+        n = self.node
+        if n.version == 1:
+            return [os.path.join(n.cgroup_root, h, self.paths["rel"]) for h in ("cpuset", "cpu,cpuacct")]
+        return [os.path.join(n.cgroup_root, self.paths["rel"])]
+
+    def move_cgroup_outside(self) -> "Case":
+        """Replace the container's cgroup dirs by symlinks to copies outside the cgroup root."""
+        for i, d in enumerate(self.container_dirs()):
+            target = os.path.join(self.outside, str(i))
+            shutil.copytree(d, target, symlinks=True)
+            shutil.rmtree(d)
+            os.symlink(target, d)
+        return self
+
+    # running
+    def prepare(self) -> None:
+        if self.raw_config is not None:
+            self.write_file(self.node.config_path, self.raw_config)
+        else:
+            self.node.configure(**self.settings)
+
+    def argv(self) -> List[str]:
+        return ["--config", self.config_arg, "apply"] + (["--state", self.state_arg] if self.state_arg else [])
+
+    def stdin_text(self) -> str:
+        return self.raw_stdin if self.raw_stdin is not None else json.dumps(self.state)
+
+    def where(self) -> Dict[str, str]:
+        n = self.node
+        return {"bundle": self.paths["bundle"], "config": n.config_path, "shared_file": n.shared_file,
+                "cgroup_root": os.path.realpath(n.cgroup_root), "proc_root": n.proc_root, "sys_root": n.sys_root,
+                "state_dir": n.state_dir, "root": n.root, "outside": self.outside, "rel": self.paths["rel"],
+                "dir": self.container_dirs()[0], "cpu_dir": self.container_dirs()[-1]}
+
+
+class Row(NamedTuple):
+    stage: str  # "state": before the config is read; "config": the config itself; "node": everything after
+    build: Callable[[Case], Any]
+    expect: str  # a substring of the message, with {placeholders} from Case.where()
+
+
+ROWS: Dict[str, Row] = {
+    # the OCI state on stdin (or --state)
+    "state-not-json": Row("state", lambda c: c.stdin("{"), "invalid state: stdin: not JSON"),
+    "state-empty": Row("state", lambda c: c.stdin(""), "invalid state: stdin: not JSON"),
+    "state-array": Row("state", lambda c: c.stdin("[]"), "invalid state: stdin: must be a JSON object, not an array"),
+    "state-missing-id": Row("state", lambda c: c.drop_state("id"),
+                            "invalid state: stdin: required field 'id' is missing"),
+    "state-id-climbs": Row("state", lambda c: c.set_state(id="../etc"),
+                           "invalid state: stdin: field 'id': '../etc' is not a plain container id"),
+    "state-id-slash": Row("state", lambda c: c.set_state(id="a/b"), "field 'id': 'a/b' is not a plain container id"),
+    "state-id-dot": Row("state", lambda c: c.set_state(id="."), "field 'id': '.' is not a plain container id"),
+    "state-id-newline": Row("state", lambda c: c.set_state(id="abc\n"),
+                            "field 'id': 'abc\\n' is not a plain container id"),
+    "state-pid-negative": Row("state", lambda c: c.set_state(pid=-1), "invalid state: stdin: field 'pid': -1 is not"),
+    "state-pid-string": Row("state", lambda c: c.set_state(pid="12"),
+                            "invalid state: stdin: field 'pid' must be an integer, not a string"),
+    "state-bundle-relative": Row("state", lambda c: c.set_state(bundle="bundles/abc"),
+                                 "invalid state: stdin: field 'bundle' must be an absolute path, not 'bundles/abc'"),
+    "state-bundle-missing": Row("state", lambda c: c.drop_state("bundle"),
+                                "invalid state: stdin: required field 'bundle' is missing"),
+    "state-annotation-not-text": Row("state", lambda c: c.annotate("x", 1),
+                                     "field 'annotations': value of 'x' must be a string, not an integer"),
+    "state-file-missing": Row("state", lambda c: setattr(c, "state_arg", os.path.join(c.node.root, "nope.json")),
+                              "invalid state: {root}/nope.json: cannot read: No such file or directory"),
+    # the bundle's config.json
+    "bundle-without-config-json": Row("node", lambda c: c.set_state(bundle=c.outside),
+                                      "container abc: invalid config.json: {outside}/config.json: bundle has no"
+                                      " config.json"),
+    "config-json-not-json": Row("node", lambda c: c.spec_text("{"),
+                                "container abc: invalid config.json: {bundle}/config.json: not JSON"),
+    "config-json-array": Row("node", lambda c: c.spec_text("[]"),
+                             "invalid config.json: {bundle}/config.json: must be a JSON object"),
+    "cpus-reversed": Row("node", lambda c: c.cpu(cpus="3-1"),
+                         "invalid cpulist: {bundle}/config.json: linux.resources.cpu.cpus: '3-1' is not a cpulist"
+                         " (range '3-1' is reversed)"),
+    "cpus-letter": Row("node", lambda c: c.cpu(cpus="a"),
+                       "invalid cpulist: {bundle}/config.json: linux.resources.cpu.cpus: 'a' is not a cpulist"),
+    "quota-not-a-number": Row("node", lambda c: c.cpu(quota="200000"),
+                              "invalid config.json: {bundle}/config.json: field 'linux.resources.cpu.quota' must be"
+                              " an integer"),
+    # the request
+    "annotation-yes": Row("node", lambda c: c.annotate(f"{PREFIX}/app", "yes"),
+                          f"invalid request: pod ran/du-0: annotation {PREFIX}/app: value 'yes' is not 'enable'"),
+    "annotation-names-cpus": Row("node", lambda c: c.annotate(f"{PREFIX}/app", "0-3"),
+                                 f"annotation {PREFIX}/app: value '0-3' is not 'enable'"),
+    "namespace-not-allowed": Row("node", lambda c: c.setting(allowed_namespaces=["kube-*", "ran-*"]),
+                                 "refused: pod ran/du-0: namespace 'ran' may not ask for mixed CPUs"
+                                 " (allowed_namespaces: kube-*, ran-*)"),
+    # the node's shared and online CPUs
+    "shared-cpu-offline": Row("node", lambda c: c.node.configure(shared="0-1,4-5"),
+                              "invalid cpulist: {shared_file}: shared CPUs (offline or absent) 4-5 not in 0-3"),
+    "shared-file-missing": Row("node", lambda c: c.remove(c.node.shared_file),
+                               "config error: {shared_file}: shared-CPU file not found"),
+    "shared-file-empty": Row("node", lambda c: c.write_file(c.node.shared_file, "# to be filled in\n"),
+                             "config error: {shared_file}: no shared CPUs configured (the cpulist is empty)"),
+    "shared-file-not-a-cpulist": Row("node", lambda c: c.write_file(c.node.shared_file, "0-1 2\n"),
+                                     "invalid cpulist: {shared_file}: '0-1 2' is not a cpulist"),
+    "shared-setting-not-a-cpulist": Row("node", lambda c: c.setting(shared_cpus="a"),
+                                        "invalid cpulist: {config}: setting 'shared_cpus': 'a' is not a cpulist"),
+    "online-cpus-unreadable": Row("node", lambda c: c.remove(os.path.join(c.node.sys_root, "devices/system/cpu/online")),
+                                  "config error: {sys_root}/devices/system/cpu/online: cannot read the online CPUs"),
+    # the configuration file itself
+    "config-yaml-syntax": Row("config", lambda c: c.config_text("failure_policy: [ignore\n"),
+                              "config error: {config}: not valid YAML at line 2"),
+    "config-not-a-mapping": Row("config", lambda c: c.config_text("- shared_cpus\n"),
+                                "config error: {config}: must be a mapping of settings, not an array"),
+    "config-unknown-key": Row("config", lambda c: c.setting(shared_cpu="0-1"),
+                              "config error: {config}: unknown setting 'shared_cpu'"),
+    "config-policy-maybe": Row("config", lambda c: c.setting(failure_policy="maybe"),
+                               "config error: {config}: setting 'failure_policy': 'maybe' is not one of fail, ignore"),
+    "config-prefix-crio": Row("config", lambda c: c.setting(annotation_prefix="cpu-shared.crio.io"),
+                              "config error: {config}: setting 'annotation_prefix': 'cpu-shared.crio.io' belongs to"
+                              " CRI-O"),
+    "config-state-dir-relative": Row("config", lambda c: c.setting(state_dir="run/hook"),
+                                     "config error: {config}: field 'state_dir' must be an absolute path"),
+    "config-file-missing": Row("config", lambda c: setattr(c, "config_arg", os.path.join(c.node.root, "nope.yaml")),
+                               "config error: {root}/nope.yaml: configuration file not found"),
+    # finding the cgroup
+    "cgroups-path-climbs": Row("node", lambda c: c.cgroups_path("../../etc"),
+                               "cgroup error: {cgroup_root}: container cgroup '../../etc' climbs out of its hierarchy"),
+    "cgroups-path-bad-systemd-form": Row("node", lambda c: c.cgroups_path("a:b"),
+                                         "cgroup error: config.json: linux.cgroupsPath 'a:b' is neither a path nor"
+                                         " slice:prefix:name"),
+    "no-pid-no-cgroups-path": Row("node", lambda c: c.cgroups_path(None),
+                                  "cgroup error: config.json: process 0 is gone and config.json has no"
+                                  " linux.cgroupsPath"),
+    "cgroup-not-found": Row("node", lambda c: [c.remove(d) for d in c.container_dirs()],
+                            "cgroup error: {dir}: container cgroup not found (from linux.cgroupsPath /{rel})"),
+    "cgroup-root-missing": Row("node", lambda c: c.setting(cgroup_root=os.path.join(c.node.root, "no-cgroup")),
+                               "cgroup error: {root}/no-cgroup: no cgroup v1 cpuset hierarchy and no cgroup v2"),
+    "cgroup-symlinked-outside-root": Row("node", lambda c: c.move_cgroup_outside(),
+                                         "resolves to {outside}/0, outside the cgroup root"),
+    "proc-cgroup-climbs": Row("node", lambda c: c.proc("12:cpuset:/../../etc\n5:cpu,cpuacct:/../../etc\n0::/../../etc\n"),
+                              "cgroup error: {cgroup_root}: container cgroup '/../../etc' climbs out of its hierarchy"),
+    "proc-root-cgroup": Row("node", lambda c: c.proc("12:cpuset:/\n5:cpu,cpuacct:/\n0::/\n"),
+                            "cgroup error: {proc_root}/4242/cgroup: the container is in the root cgroup; refusing to"
+                            " change the whole node"),
+    "proc-no-cpu-controllers": Row("node", lambda c: c.proc("3:memory:/x\n"),
+                                   "cgroup error: {proc_root}/4242/cgroup: process 4242 is in no cgroup of the"
+                                   " cpuset/cpu controllers"),
+    "cgroup-quota-garbage": Row("node", lambda c: c.node.write(c.paths["rel"], c.node.quota_name(), "lots"),
+                                "cgroup error: {cpu_dir}"),
+    "cgroup-cpuset-garbage": Row("node", lambda c: c.node.write(c.paths["rel"], "cpuset.cpus", "x"),
+                                 "invalid cpulist: {dir}/cpuset.cpus: 'x' is not a cpulist"),
+    # the state directory
+    "state-dir-is-a-file": Row("node", lambda c: [c.write_file(os.path.join(c.node.root, "afile"), ""),
+                                                  c.setting(state_dir=os.path.join(c.node.root, "afile"))],
+                               "record error: {root}/afile: cannot use the state directory"),
+    "record-corrupt": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"), "{"),
+                          "record error: {state_dir}/containers/abc.json: not JSON"),
+    "record-of-another-schema": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"),
+                                                                   '{"schema": 99}'),
+                                    "record error: {state_dir}/containers/abc.json: not a schema 1 record"),
+}
+
+def params() -> List[Any]:
+    """Every row with both policies; rows about the cgroups on v1 and v2, the others (which
+    fail before any cgroup is looked at) on v1 only."""
+    out = []
+    for name, row in ROWS.items():
+        for version in ((1, 2) if row.stage == "node" else (1,)):
+            for policy in ("fail", "ignore"):
+                out.append(pytest.param(row, version, policy, id=f"{name}-v{version}-{policy}"))
+    return out
+
+
+def test_the_table_is_big_enough() -> None:
+    assert len(ROWS) >= 25
+
+
+@pytest.mark.parametrize("row,version,policy", params())
+def test_malformed_input(fake_node: Callable[..., Any], run_hook: Callable[..., Any], row: Row, version: int,
+                         policy: str) -> None:
+    node = fake_node(version=version)
+    case = Case(node, policy)
+    row.build(case)
+    case.prepare()
+    before = node.freeze()
+    outside_before = {p: open(p, "rb").read() for p in _files(case.outside)}
+
+    result = run_hook(case.argv(), stdin=case.stdin_text())
+
+    ignored = policy == "ignore" and row.stage != "config"
+    assert result.code == (0 if ignored else 1), result.err
+    assert result.out == ""
+    lines = result.err_lines
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("mixed-cpus-hook: error: ")
+    message = lines[0][len("mixed-cpus-hook: error: "):]
+    assert row.expect.format(**case.where()) in message
+    assert message.endswith(" (ignored: failure_policy is ignore)") is ignored
+    assert result.syslog == [(syslog.LOG_ERR, message)]
+    # nothing written: no record, no cgroup file changed or even rewritten
+    assert node.changes(before) == []
+    assert {p: open(p, "rb").read() for p in _files(case.outside)} == outside_before
+
+
+def _files(top: str) -> List[str]:
+    return [os.path.join(d, f) for d, _, files in os.walk(top) for f in files]

@@ -1,0 +1,288 @@
+"""Records in the state directory: plain names only, atomic writes, the lock, concurrent hooks."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+from mixed_cpus_hook.errors import RecordError
+from mixed_cpus_hook.records import (
+    SCHEMA_VERSION,
+    delete_record,
+    list_records,
+    load_record,
+    record_path,
+    save_record,
+    state_lock,
+)
+
+REFUSED_NAMES = [
+    pytest.param("containers", "../x", id="parent-dir"),
+    pytest.param("containers", "..", id="dotdot"),
+    pytest.param("containers", ".", id="dot"),
+    pytest.param("containers", "a/b", id="slash"),
+    pytest.param("containers", "/etc/passwd", id="absolute"),
+    pytest.param("containers", "", id="empty"),
+    pytest.param("containers", "x\n", id="trailing-newline"),
+    pytest.param("containers", "a\0b", id="nul"),
+    pytest.param("containers", "a:b", id="colon-is-not-an-id-char"),
+    pytest.param("containers", "a" * 1025, id="id-too-long"),
+    pytest.param("pods", "../pods", id="pod-parent-dir"),
+    pytest.param("pods", "kubepods.slice/x", id="pod-slash"),
+    pytest.param("pods", "a" * 256, id="pod-name-too-long"),
+]
+
+
+@pytest.mark.parametrize("kind,name", REFUSED_NAMES)
+def test_names_that_are_not_one_component_are_refused(tmp_path: Path, kind: str, name: str) -> None:
+    state_dir = str(tmp_path / "state")
+    for call in (lambda: record_path(state_dir, kind, name),
+                 lambda: load_record(state_dir, kind, name),
+                 lambda: save_record(state_dir, kind, name, {"schema": 1}),
+                 lambda: delete_record(state_dir, kind, name)):
+        with pytest.raises(RecordError) as info:
+            call()
+        assert "is not a plain name" in info.value.message
+        assert info.value.where == os.path.join(state_dir, kind)
+    assert not os.path.exists(state_dir)
+    assert not os.path.exists(tmp_path / "x.json")
+
+
+ACCEPTED_NAMES = [
+    pytest.param("containers", "0123abcdef", id="hex-id"),
+    pytest.param("containers", "my_ctr-1.2+x", id="runc-id-chars"),
+    pytest.param("containers", "...", id="three-dots"),
+    pytest.param("pods", "pod0f1e2d3c-aaaa-bbbb-cccc-123456789abc", id="cgroupfs-pod"),
+    pytest.param("pods", "kubepods-burstable-pod0f1e2d3c_aaaa.slice", id="systemd-pod"),
+    pytest.param("pods", "a:b@c", id="colon-and-at"),
+]
+
+
+@pytest.mark.parametrize("kind,name", ACCEPTED_NAMES)
+def test_plain_names_round_trip(tmp_path: Path, kind: str, name: str) -> None:
+    state_dir = str(tmp_path / "state")
+    doc = {"schema": SCHEMA_VERSION, "name": name}
+    path = save_record(state_dir, kind, name, doc)
+    assert path == os.path.join(state_dir, kind, name + ".json")
+    assert load_record(state_dir, kind, name) == doc
+    assert list_records(state_dir, kind) == [name]
+    assert delete_record(state_dir, kind, name) is True
+    assert delete_record(state_dir, kind, name) is False
+    assert load_record(state_dir, kind, name) is None
+
+
+def test_save_replaces_the_file_whole(tmp_path: Path) -> None:
+    """A reader holding the old file keeps reading the old record: the new one is a new inode."""
+    state_dir = str(tmp_path)
+    path = save_record(state_dir, "containers", "c1", {"schema": 1, "v": "old" * 1000})
+    with open(path, encoding="utf-8") as reader:
+        inode = os.stat(path).st_ino
+        save_record(state_dir, "containers", "c1", {"schema": 1, "v": "new"})
+        assert json.load(reader)["v"] == "old" * 1000
+    assert os.stat(path).st_ino != inode
+    assert load_record(state_dir, "containers", "c1")["v"] == "new"
+    assert sorted(os.listdir(tmp_path / "containers")) == ["c1.json"]
+
+
+def test_failed_save_keeps_the_old_record(tmp_path: Path) -> None:
+    state_dir = str(tmp_path)
+    save_record(state_dir, "containers", "c1", {"schema": 1, "v": 1})
+    with pytest.raises(TypeError):
+        save_record(state_dir, "containers", "c1", {"schema": 1, "v": object()})
+    assert load_record(state_dir, "containers", "c1") == {"schema": 1, "v": 1}
+
+
+def test_failed_rename_removes_the_temporary(tmp_path: Path) -> None:
+    state_dir = str(tmp_path)
+    (tmp_path / "containers" / "c2.json").mkdir(parents=True)
+    with pytest.raises(RecordError, match="cannot write"):
+        save_record(state_dir, "containers", "c2", {"schema": 1})
+    assert os.listdir(tmp_path / "containers") == ["c2.json"]
+
+
+LOAD_ERRORS = [
+    pytest.param(b"{", "not JSON", id="not-json"),
+    pytest.param(b"[]", "not a schema 1 record", id="array"),
+    pytest.param(b'{"id": "c1"}', "not a schema 1 record", id="no-schema"),
+    pytest.param(b'{"schema": 2}', "not a schema 1 record", id="future-schema"),
+]
+
+
+@pytest.mark.parametrize("content,message", LOAD_ERRORS)
+def test_load_record_errors(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / "c1.json").write_bytes(content)
+    with pytest.raises(RecordError) as info:
+        load_record(str(tmp_path), "containers", "c1")
+    assert info.value.message.startswith(message)
+    assert info.value.where == str(tmp_path / "containers" / "c1.json")
+
+
+def test_load_record_does_not_follow_a_symlink(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"schema": 1, "stolen": true}')
+    (tmp_path / "containers").mkdir()
+    os.symlink(secret, tmp_path / "containers" / "c1.json")
+    with pytest.raises(RecordError, match="cannot read"):
+        load_record(str(tmp_path), "containers", "c1")
+
+
+def test_save_record_does_not_write_through_a_planted_temporary_symlink(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (tmp_path / "containers").mkdir()
+    os.symlink(victim, tmp_path / "containers" / f".c1.{os.getpid()}.tmp")
+    with pytest.raises(RecordError):
+        save_record(str(tmp_path), "containers", "c1", {"schema": 1})
+    assert victim.read_text() == "untouched"
+
+
+def test_list_records_skips_temporaries_and_strange_names(tmp_path: Path) -> None:
+    folder = tmp_path / "containers"
+    folder.mkdir()
+    for name in ("b.json", "a.json", ".a.123.tmp", ".dot.json", "notes.txt", "..json", "x y.json", "a:b.json"):
+        (folder / name).write_text("{}")
+    assert list_records(str(tmp_path), "containers") == [".dot", "a", "b"]
+    assert list_records(str(tmp_path), "pods") == []
+
+
+def test_state_lock_creates_the_directory(tmp_path: Path) -> None:
+    state_dir = tmp_path / "run" / "hook"
+    with state_lock(str(state_dir)):
+        assert (state_dir / "lock").exists()
+    assert oct(os.stat(state_dir).st_mode & 0o777) == oct(0o755)
+
+
+def test_state_lock_unusable_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RecordError) as info:
+        with state_lock(str(blocker / "state")):
+            pass
+    assert info.value.message.startswith("cannot use the state directory")
+
+
+def _hold_lock_then_write(state_dir: str, path: str, ready: Any) -> None:
+    with state_lock(state_dir):
+        ready.set()
+        import time
+
+        time.sleep(0.3)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("first\n")
+
+
+def test_state_lock_excludes_other_processes(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    out = str(tmp_path / "order")
+    proc = ctx.Process(target=_hold_lock_then_write, args=(str(tmp_path), out, ready))
+    proc.start()
+    assert ready.wait(10)
+    with state_lock(str(tmp_path)):
+        with open(out, "a", encoding="utf-8") as f:
+            f.write("second\n")
+    proc.join(10)
+    assert Path(out).read_text() == "first\nsecond\n"
+
+
+# -- concurrent hooks on one pod --------------------------------------------------------------
+
+WORKERS = 2
+PER_WORKER = 20
+
+
+def _apply_many(config_path: str, cache_dir: str, state_files: List[str], command: str, errors: Any) -> None:
+    from mixed_cpus_hook.fastpath import parse_fast_args, run_hook
+    from mixed_cpus_hook.log import Reporter
+
+    for state_file in state_files:
+        stream = io.StringIO()
+        args = parse_fast_args(["--config", config_path, command, "--state", state_file])
+        code = run_hook(args, stdout=io.StringIO(), reporter=Reporter(stream=stream, sink=None),
+                        environ={"MIXED_CPUS_HOOK_CACHE_DIR": cache_dir})
+        if code != 0:
+            errors.put(f"{state_file}: exit {code}: {stream.getvalue()}")
+
+
+def _run_workers(command: str, node: Any, cache_dir: str, states: List[List[str]]) -> None:
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_apply_many, args=(node.config_path, cache_dir, files, command, errors))
+             for files in states]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+
+
+@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+def test_concurrent_hooks_of_one_pod_lose_no_update(fake_node: Callable[..., Any], config_cache_dir: str,
+                                                    version: int) -> None:
+    node = fake_node(version=version)
+    states: List[List[str]] = [[] for _ in range(WORKERS)]
+    rels: Dict[str, str] = {}
+    pod_rel = ""
+    for w in range(WORKERS):
+        for i in range(PER_WORKER):
+            cid = f"w{w}c{i:02d}"
+            paths = node.add_container(cid, name=f"app{w}{i}", quota=100000, pod_quota=200000)
+            states[w].append(paths["state"])
+            rels[cid] = paths["rel"]
+            pod_rel = paths["pod_rel"]
+    ids = sorted(rels)
+
+    _run_workers("apply", node, config_cache_dir, states)
+
+    pods = node.records("pods")
+    assert list(pods.values())[0]["members"] == ids
+    members = len(ids)
+    expected_pod = 200000 + members * 2 * 100000
+    assert list(pods.values())[0]["quota"] == {"base": 200000, "applied": expected_pod, "period": 100000}
+    assert node.quota(pod_rel) == str(expected_pod)
+    assert sorted(node.records("containers")) == ids
+    for rel in rels.values():
+        assert node.read(rel, "cpuset.cpus") == "0-3"
+        assert node.quota(rel) == "300000"
+
+    _run_workers("release", node, config_cache_dir, states)
+
+    assert node.records("pods") == {}
+    assert node.records("containers") == {}
+    assert node.quota(pod_rel) == "200000"
+
+
+def test_concurrent_apply_and_release_end_consistent(fake_node: Callable[..., Any], config_cache_dir: str) -> None:
+    """One worker releases the first half while another applies the second half."""
+    node = fake_node(version=1)
+    first, second = [], []
+    for i in range(PER_WORKER * 2):
+        paths = node.add_container(f"c{i:02d}", name=f"app{i}", quota=100000, pod_quota=200000)
+        (first if i < PER_WORKER else second).append(paths)
+    pod_rel = first[0]["pod_rel"]
+    _run_workers("apply", node, config_cache_dir, [[p["state"] for p in first]])
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_apply_many, args=(node.config_path, config_cache_dir, [p["state"] for p in first],
+                                                   "release", errors)),
+             ctx.Process(target=_apply_many, args=(node.config_path, config_cache_dir, [p["state"] for p in second],
+                                                   "apply", errors))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert errors.empty()
+    pod = list(node.records("pods").values())[0]
+    assert pod["members"] == [f"c{i:02d}" for i in range(PER_WORKER, PER_WORKER * 2)]
+    assert node.quota(pod_rel) == str(200000 + PER_WORKER * 2 * 100000) == str(pod["quota"]["applied"])

@@ -1,0 +1,104 @@
+"""Does a container ask? The annotation, its only value, and allowed_namespaces."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import pytest
+
+from mixed_cpus_hook.errors import PolicyError, RequestError
+from mixed_cpus_hook.request import Request, compute_request, may_ask
+
+PREFIX = "mixed-cpus.openshift.io"
+KUBE = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.namespace": "ran",
+        "io.kubernetes.pod.name": "du-0", "io.kubernetes.pod.uid": "uid-1"}
+
+
+ASK = {f"{PREFIX}/app": "enable"}
+REQUEST = Request("ran", "du-0", "app", "uid-1", f"{PREFIX}/app")
+
+DECISIONS = [
+    pytest.param(dict(KUBE, **ASK), ("*",), REQUEST, id="asks"),
+    pytest.param(dict(KUBE), ("*",), None, id="no-annotation"),
+    pytest.param({f"{PREFIX}/app": "enable"}, ("*",), None, id="no-container-name-is-not-kubernetes"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/sidecar": "enable"}), ("*",), None, id="another-container-asks"),
+    pytest.param(dict(KUBE, **{"other.example/app": "enable"}), ("*",), None, id="another-prefix"),
+    pytest.param(dict(KUBE, **{"cpu-shared.crio.io/app": "enable"}), ("*",), None, id="crio-prefix-is-not-ours"),
+    pytest.param(dict(KUBE, **ASK), ("ran",), REQUEST, id="namespace-listed"),
+    pytest.param(dict(KUBE, **ASK), ("kube-*", "r?n"), REQUEST, id="namespace-glob"),
+    pytest.param({"io.kubernetes.container.name": "app", **ASK}, ("*",), Request("", "", "app", "", f"{PREFIX}/app"),
+                 id="missing-pod-names-are-empty"),
+]
+
+
+@pytest.mark.parametrize("annotations,allowed,expected", DECISIONS)
+def test_compute_request(annotations: Dict[str, str], allowed: Tuple[str, ...], expected: Optional[Request]) -> None:
+    assert compute_request(annotations, PREFIX, allowed, "container c1") == expected
+
+
+REFUSED = [
+    pytest.param(dict(KUBE, **{f"{PREFIX}/app": "yes"}), ("*",), RequestError,
+                 f"annotation {PREFIX}/app: value 'yes' is not 'enable'", id="value-yes"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/app": "Enable"}), ("*",), RequestError, "value 'Enable' is not 'enable'",
+                 id="value-capitalised"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/app": ""}), ("*",), RequestError, "value '' is not 'enable'",
+                 id="value-empty"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/app": "0-3"}), ("*",), RequestError, "value '0-3' is not 'enable'",
+                 id="value-names-cpus"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/app": "enable "}), ("*",), RequestError, "value 'enable ' is not 'enable'",
+                 id="value-with-space"),
+    pytest.param(dict(KUBE, **ASK), ("kube-*",), PolicyError,
+                 "namespace 'ran' may not ask for mixed CPUs (allowed_namespaces: kube-*)", id="namespace-refused"),
+    pytest.param(dict(KUBE, **ASK), (), PolicyError, "namespace 'ran' may not ask", id="no-namespace-allowed"),
+    pytest.param(dict(KUBE, **ASK), ("RAN",), PolicyError, "namespace 'ran' may not ask", id="globs-case-sensitive"),
+    pytest.param({"io.kubernetes.container.name": "app", **ASK}, ("ran",), PolicyError, "namespace '' may not ask",
+                 id="missing-namespace-refused"),
+]
+
+
+@pytest.mark.parametrize("annotations,allowed,error,message", REFUSED)
+def test_compute_request_refused(annotations: Dict[str, str], allowed: Tuple[str, ...], error: type,
+                                 message: str) -> None:
+    with pytest.raises(error) as info:
+        compute_request(annotations, PREFIX, allowed, "container c1")
+    assert message in info.value.message
+    assert info.value.where == "container c1"
+
+
+def test_long_value_is_cut_in_the_message() -> None:
+    with pytest.raises(RequestError) as info:
+        compute_request(dict(KUBE, **{f"{PREFIX}/app": "x" * 10000}), PREFIX, ("*",), "c")
+    assert len(info.value.message) < 200
+
+
+def test_custom_prefix() -> None:
+    annotations = dict(KUBE, **{"cpu.example.com/app": "enable"})
+    assert compute_request(annotations, "cpu.example.com", ("*",), "c") == Request(
+        "ran", "du-0", "app", "uid-1", "cpu.example.com/app")
+    assert compute_request(annotations, PREFIX, ("*",), "c") is None
+
+
+MAY_ASK = [
+    pytest.param(dict(KUBE, **ASK), True, id="asks"),
+    pytest.param(dict(KUBE, **{"any.prefix/app": "whatever"}), True, id="any-prefix-is-a-maybe"),
+    pytest.param(dict(KUBE), False, id="nothing"),
+    pytest.param(dict(KUBE, **{f"{PREFIX}/other": "enable"}), False, id="other-container"),
+    pytest.param(ASK, False, id="no-container-name"),
+    pytest.param({"io.kubernetes.container.name": "", f"{PREFIX}/": "enable"}, False, id="empty-container-name"),
+]
+
+
+@pytest.mark.parametrize("annotations,expected", MAY_ASK)
+def test_may_ask(annotations: Dict[str, str], expected: bool) -> None:
+    assert may_ask(annotations) is expected
+
+
+@pytest.mark.parametrize("annotations", [pytest.param(p.values[0], id=p.id) for p in DECISIONS + REFUSED])
+def test_may_ask_never_misses_a_request(annotations: Dict[str, str]) -> None:
+    """The pre-check may say yes wrongly, never no: every real request (or refusal) passes it."""
+    try:
+        asks = compute_request(annotations, PREFIX, ("*",), "c") is not None
+    except RequestError:
+        asks = True
+    if asks:
+        assert may_ask(annotations)
