@@ -26,8 +26,10 @@ lint: venv
 test-unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-# Everything: lint, unit tests, and the integration tests on real runc, podman, systemd and a cgroup v2 VM.
-test: deps venv lint
+# Everything: lint (also for Python 3.9), the unit tests on Python 3.9 with RHEL 9's dependency
+# versions, then every test (unit and integration: real runc, podman, systemd, a cgroup v2 VM)
+# with the newest versions.
+test: deps venv lint test-compat
 	$(PY) -m pytest tests -ra $(PYTEST_ARGS)
 
 bench: venv
