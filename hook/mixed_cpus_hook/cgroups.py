@@ -141,7 +141,7 @@ def _crun_parent(path: str, container_id: str) -> str:
 
 
 def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: Optional[str],
-                     proc_root: str = "/proc") -> Tuple[Dirs, str]:
+                     proc_root: str = "/proc", spec_where: str = "config.json") -> Tuple[Dirs, str]:
     """The container's cgroup dirs and how they were found.
 
     /proc/<pid>/cgroup is authoritative (every driver and runtime); ``cgroupsPath`` from
@@ -166,11 +166,11 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
     elif cgroups_path:
         rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
         if rel is None:
-            raise CgroupError(f"linux.cgroupsPath {cgroups_path!r} is neither a path nor slice:prefix:name", "config.json")
+            raise CgroupError(f"linux.cgroupsPath {cgroups_path!r} is neither a path nor slice:prefix:name", spec_where)
         rel_cpuset = rel_cpu = rel
         how = f"linux.cgroupsPath {cgroups_path}"
     else:
-        raise CgroupError(f"process {pid} is gone and config.json has no linux.cgroupsPath", "config.json")
+        raise CgroupError(f"process {pid} is gone and there is no linux.cgroupsPath", spec_where)
     rel_cpuset = _crun_parent(rel_cpuset, container_id)
     rel_cpu = _crun_parent(rel_cpu, container_id)
     if rel_cpuset.strip("/") == "" or rel_cpu.strip("/") == "":

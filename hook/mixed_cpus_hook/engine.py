@@ -221,7 +221,8 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
     if request is None:
         return Outcome("skipped")
     node = read_node(config)
-    dirs, _how = cg.locate_container(node.layout, state.id, state.pid, spec.cgroups_path, config.proc_root)
+    dirs, _how = cg.locate_container(node.layout, state.id, state.pid, spec.cgroups_path, config.proc_root,
+                                     os.path.join(state.bundle, "config.json"))
     pod = cg.find_pod(node.layout, dirs)
     identity = {"namespace": request.namespace, "pod": request.pod, "container": request.container,
                 "pod_uid": request.pod_uid}

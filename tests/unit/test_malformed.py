@@ -219,10 +219,10 @@ ROWS: Dict[str, Row] = {
     "cgroups-path-climbs": Row("node", lambda c: c.cgroups_path("../../etc"),
                                "cgroup error: {cgroup_root}: container cgroup '../../etc' climbs out of its hierarchy"),
     "cgroups-path-bad-systemd-form": Row("node", lambda c: c.cgroups_path("a:b"),
-                                         "cgroup error: config.json: linux.cgroupsPath 'a:b' is neither a path nor"
+                                         "cgroup error: {bundle}/config.json: linux.cgroupsPath 'a:b' is neither a path nor"
                                          " slice:prefix:name"),
     "no-pid-no-cgroups-path": Row("node", lambda c: c.cgroups_path(None),
-                                  "cgroup error: config.json: process 0 is gone and config.json has no"
+                                  "cgroup error: {bundle}/config.json: process 0 is gone and there is no"
                                   " linux.cgroupsPath"),
     "cgroup-not-found": Row("node", lambda c: [c.remove(d) for d in c.container_dirs()],
                             "cgroup error: {dir}: container cgroup not found (from linux.cgroupsPath /{rel})"),
