@@ -328,12 +328,13 @@ def bench(args, python, tmp):
     rng = random.Random(args.seed)
     med = {n: statistics.median(s["wall"]) for n, s in samples.items()}
     cpu = {n: statistics.median(s["cpu"]) for n, s in samples.items()}
+    w = max(len(n) for n in commands)
     print(f"\nResults ({elapsed:.0f} s; milliseconds; wall = spawn to reap, cpu = child user+sys)")
-    print(f"  {'command':<18} {'wall med':>9} {'wall p90':>9} {'cpu med':>8} {'wall/floor':>10} {'95% CI':>13}"
+    print(f"  {'command':<{w}} {'wall med':>9} {'wall p90':>9} {'cpu med':>8} {'wall/floor':>10} {'95% CI':>13}"
           f" {'cpu/floor':>9}")
     for n in commands:
         lo, hi = ratio_ci(samples[n]["wall"], samples["floor"]["wall"], rng)
-        print(f"  {n:<18} {med[n] * 1e3:9.1f} {p90(samples[n]['wall']) * 1e3:9.1f} {cpu[n] * 1e3:8.1f}"
+        print(f"  {n:<{w}} {med[n] * 1e3:9.1f} {p90(samples[n]['wall']) * 1e3:9.1f} {cpu[n] * 1e3:8.1f}"
               f" {med[n] / med['floor']:10.2f} {f'{lo:.2f}-{hi:.2f}':>13} {cpu[n] / cpu['floor']:9.2f}")
 
     print("\nRatios (median wall time against the floor, python -I -c 'import json')")
@@ -349,7 +350,7 @@ def bench(args, python, tmp):
         verdict = "PASS" if ratio <= target else "MISS"
         if lo <= target < hi:
             verdict += " (within noise)"
-        print(f"  {n:<18} {ratio:.2f}  target <= {target:.2f}  {verdict}"
+        print(f"  {n:<{w}} {ratio:.2f}  target <= {target:.2f}  {verdict}"
               f"   [cpu ratio {cpu[n] / cpu['floor']:.2f}]")
 
     print("\nImports under -X importtime (medians over "
