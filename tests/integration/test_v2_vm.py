@@ -235,11 +235,11 @@ def assert_status(step: dict, key: str, rc: int, cid: str, in_sync: bool, actual
     return row
 
 
-def assert_mixed(runtime: str, step: dict, cid: str, pod_key: str) -> None:
+def assert_mixed(runtime: str, step: dict, cid: str, cgroup: str, pod_key: str) -> None:
     """A created (or reconciled) container: mixed cpuset, raised quotas, records as expected."""
     name = f"{runtime} {step['step']}"
     c, pod = step["container"], step["pod"]
-    assert c is not None, f"{name}: container cgroup {step.get('cgroup')} missing"
+    assert c is not None, f"{name}: container cgroup {cgroup} missing"
     assert (c["cpuset.cpus"], c["cpuset.cpus.effective"], c["cpu.max"]) == (MIXED, MIXED, cpu_max(RAISED)), (
         f"{name}: container cgroup\n{show(c)}")
     assert pod["cpu.max"] == cpu_max(POD_RAISED), f"{name}: pod cgroup\n{show(pod)}"
@@ -250,7 +250,7 @@ def assert_mixed(runtime: str, step: dict, cid: str, pod_key: str) -> None:
     rec = recs["containers"][cid]
     assert (rec["exclusive"], rec["shared"], rec["desired"], rec["cgroup_version"]) == (EXCLUSIVE, SHARED, MIXED, 2), (
         f"{name}: record\n{show(rec)}")
-    assert rec["cgroup"] == {"cpuset": step["cgroup"], "cpu": step["cgroup"]}, f"{name}: record\n{show(rec)}"
+    assert rec["cgroup"] == {"cpuset": cgroup, "cpu": cgroup}, f"{name}: record\n{show(rec)}"
     assert rec["pod_key"] == pod_key, f"{name}: record\n{show(rec)}"
     assert rec["quota"] == {"base": QUOTA, "applied": RAISED, "period": PERIOD}, f"{name}: record\n{show(rec)}"
     assert (rec["namespace"], rec["container"]) == ("vm-ns", "du"), f"{name}: record\n{show(rec)}"
@@ -264,7 +264,8 @@ def assert_created(runtime: str, step: dict, cid: str, pod_key: str) -> None:
     name = f"{runtime} {step['step']}"
     run = step["run"]
     assert run["rc"] == 0, f"{name}: {runtime} run exited {run['rc']}\n{run['stderr']}"
-    assert_mixed(runtime, step, cid, pod_key)
+    assert step["cgroup"].endswith(f"/{pod_key}/crio-{cid}"), step["cgroup"]
+    assert_mixed(runtime, step, cid, step["cgroup"], pod_key)
     inside = step["inside"]
     assert inside["rc"] == 0 and inside["values"] == {"/proc/1/status": MIXED, "/proc/self/status": MIXED}, (
         f"{name}: Cpus_allowed_list inside\n{show(inside)}")
@@ -347,7 +348,7 @@ def test_mixed_container_lifecycle_on_v2(v2, runtime):
     assert len(lines) == 2, show(s["cli"])
     assert lines[0].startswith(f"container {cid_a}: " + cpus_line), lines
     assert lines[1].startswith(f"container {cid_a}: " + quota_line), lines
-    assert_mixed(runtime, s, cid_a, pod_key)
+    assert_mixed(runtime, s, cid_a, cgroup_a, pod_key)
     assert s["inside"]["values"] == {"/proc/1/status": MIXED, "/proc/self/status": MIXED}, show(s["inside"])
     s = step(runtime, "reconcile_again")
     assert (assert_cli(s, "cli", 0)["stdout"], s["unchanged"]) == ("", True), show(s)
@@ -377,9 +378,14 @@ def test_shared_cpus_not_granted_fails_creation_on_v2(v2, runtime):
     assert s["kubepods"]["cpuset.cpus"] == "" and s["pod_before"]["cpuset.cpus"] == "", show(s)
     run = s["run"]
     assert run["rc"] != 0, f"{runtime} run succeeded although the shared CPUs are not granted\n{show(s)}"
-    assert f"cpuset.cpus.effective is {EXCLUSIVE}, not {MIXED}" in run["stderr"], run["stderr"]
-    assert "rolled back 3 earlier write(s)" in run["stderr"], run["stderr"]
-    assert "Traceback" not in run["stderr"], run["stderr"]
+    # runc quotes the hook's stderr in its error; crun wrote it to its run.oci.hooks.stderr file.
+    said = run["stderr"] if runtime == "runc" else s["hook_stderr"]
+    assert said, show(s)
+    expected = (f"mixed-cpus-hook: error: container {s['id']}: write refused: {s['cgroup']}: cpuset.cpus.effective"
+                f" is {EXCLUSIVE}, not {MIXED} (a parent cgroup does not grant the shared CPUs); rolled back 3 earlier"
+                " write(s)")
+    assert expected in said, f"{runtime} run: {run['stderr']}\nhook stderr: {s['hook_stderr']}"
+    assert "Traceback" not in said, said
     assert s["pod"]["cpu.max"] == cpu_max(POD_QUOTA), f"pod quota not rolled back\n{show(s['pod'])}"
     assert s["pod"]["cpuset.cpus"] == "", show(s["pod"])
     assert s["records"] == {"containers": {}, "pods": {}}, show(s["records"])

@@ -296,6 +296,9 @@ class Container:
         self.bundle = os.path.join(ctx.work, f"bundle-{self.id}")
         self.captured = {stage: os.path.join(ctx.work, f"state-{self.id}-{stage}.json")
                          for stage in ("createRuntime", "poststop")}
+        # runc quotes a failed hook's stderr in its own error; crun drops it unless told
+        # where to put it (its run.oci.hooks.stderr annotation).
+        self.hook_stderr = os.path.join(ctx.work, f"hooks-{self.id}.stderr")
 
     def annotations(self) -> dict:
         """What CRI-O puts in a container's OCI annotations: kube names plus the pod's annotations."""
@@ -327,6 +330,8 @@ class Container:
         spec["linux"].setdefault("resources", {})["cpu"] = {
             "cpus": self.ctx.exclusive, "quota": self.ctx.quota, "period": self.ctx.period}
         spec["annotations"] = self.annotations()
+        if self.rt.name == "crun":
+            spec["annotations"]["run.oci.hooks.stderr"] = self.hook_stderr
         hooks = {}
         for stage, hook in self.ctx.inp["hooks"].items():
             capture = {"path": "/bin/sh", "args": ["sh", "-c", 'cat > "$1"', "sh", self.captured[stage]],
@@ -458,7 +463,8 @@ def parent_denies(ctx: Ctx, rt: Runtime) -> None:
                  "kubepods": cgroup_files(kube), "pod_before": pod.files()}
         c = Container(ctx, rt, "denied", pod, "du")
         r = c.create()
-        ctx.results.step(R, "parent_denies", id=c.id, run=r, **setup, pod=pod.files(), pod_key=pod.key,
+        ctx.results.step(R, "parent_denies", id=c.id, cgroup=c.cgroup, run=r, hook_stderr=read(c.hook_stderr),
+                         **setup, pod=pod.files(), pod_key=pod.key,
                          container_cgroup_exists=os.path.isdir(c.cgroup), runtime_state=rt.state(c.id),
                          records=ctx.records())
         problems = rt.cleanup()
