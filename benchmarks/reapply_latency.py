@@ -122,6 +122,7 @@ def main(argv=None) -> int:
         text = rn.units[name]
         rn.units[name] = text.replace("/usr/bin/python3 -I -m mixed_cpus_hook.watches reconcile %i",
                                       "/usr/bin/mixed-cpus-hook reconcile --container %i")
+        assert rn.units[name] != text, "the reconcile@ unit's ExecStart changed: update this option"
         rn.sd.etc_files[f"/etc/systemd/system/{name}"] = it.render_unit(rn.units[name], node.exe, sys.executable)
     latencies = []
     problems = []

@@ -83,16 +83,15 @@ class StubSystemd:
         self.active = set(active)
         self.calls = 0
 
-    def watches(self):
+    def units(self):
         self.calls += 1
-        return {cid: "active" for cid in self.active}
+        return {unit: "active" for unit in self.active}
 
     def act(self, verb, units):
         if units:
             self.calls += 1
-            for u in units:
-                cid = u[len(watches.WATCH_PREFIX):-len(watches.WATCH_SUFFIX)]
-                (self.active.add if verb == "start" else self.active.discard)(cid)
+            for unit in units:
+                (self.active.add if verb == "start" else self.active.discard)(unit)
 
 
 def build(root: str, n: int):
@@ -154,7 +153,7 @@ def run_size(n: int, args: argparse.Namespace) -> tuple:
                                      lambda: None, args.repeat)
         stub = StubSystemd()
         watches.sync(config, rep, systemd=stub)  # the marks every apply left: watch them all
-        assert len(stub.active) == n
+        assert len(stub.active) == 3 * n  # cpuset, quota and pod quota of each
         sync_t, sync_c = measure(counter, lambda: watches.sync(config, rep, systemd=stub),
                                  lambda: mark_pending(config.state_dir, cid), args.repeat)
         all_t, all_c = measure(counter, lambda: engine.reconcile(config, rep),

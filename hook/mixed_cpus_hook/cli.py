@@ -92,8 +92,8 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
               help="Afterwards start a watch unit (mixed-cpus-hook-watch@ID.path) for every tracked container "
                    "and stop the others (what the start-up service and the timer run).")
 @click.option("--why", metavar="TEXT",
-              help="The reason the journal gives for each fix. Default: what systemd says triggered this run "
-                   "($TRIGGER_UNIT, $TRIGGER_PATH), else none.")
+              help="The reason the journal gives for each fix (\"reapplied (TEXT): FILE: OLD -> NEW ...\"), "
+                   "e.g. what started this run.")
 @click.pass_obj
 def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: float, sync_watches: bool,
               why: Optional[str]) -> None:
@@ -102,16 +102,14 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
     Writes nothing where all is in sync; prints one line per fix. Records of containers
     whose cgroup is gone are removed (and their pod's quota given back).
     """
-    import os
-
     from .engine import Outcome, read_node
     from .engine import reconcile as run_reconcile
-    from .watches import sync, trigger_reason
+    from .watches import sync
 
     if sync_watches and (dry_run or container_id):
         obj.reporter.error("usage error: --sync-watches goes with neither --dry-run nor --container")
         sys.exit(2)
-    reason = f"reapplied ({why})" if why else trigger_reason(os.environ)
+    reason = f"reapplied ({why})" if why else "reapplied"
     try:
         config = obj.config()
         node = read_node(config)
@@ -154,16 +152,16 @@ def watches_sync(obj: Ctx, full: bool) -> None:
     Prints one line per unit started or stopped and per container forgotten (cgroup gone).
     Exit 1 when systemctl or a record failed.
     """
-    from .watches import sync, watch_unit
+    from .watches import sync
 
     try:
         report = sync(obj.config(), obj.reporter, full=full)
     except HookError as exc:
         _fail(obj, exc)
-    for what, ids in (("started", report.started), ("restarted after a failure", report.restarted),
-                      ("stopped", report.stopped)):
+    for what, ids in (("watching", report.started), ("restarted a failed watch of", report.restarted),
+                      ("stopped watching", report.stopped)):
         for cid in ids:
-            click.echo(f"{what} {watch_unit(cid)}")
+            click.echo(f"{what} container {cid}")
     for cid in report.forgotten:
         click.echo(f"container {cid}: cgroup gone, forgotten")
     sys.exit(1 if report.errors else EXIT_OK)

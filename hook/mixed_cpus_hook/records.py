@@ -22,9 +22,12 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
 SCHEMA_VERSION = 1
 KINDS = {"containers": ID_RE, "pods": NAME_RE}
 # ``<state_dir>/pending/<id>``: empty files naming containers whose record appeared or went
-# away. mixed-cpus-hook-sync.path (DirectoryNotEmpty=) starts the sync of the per-container
-# watch units while any is there; the sync removes each one before it acts on it.
+# away; ``<state_dir>/recheck/<id>``: containers a watch-triggered reapply just handled, to be
+# read once more after their watch units watch again. mixed-cpus-hook-sync.path
+# (DirectoryNotEmpty= on both) starts the sync while any is there; the sync removes each one
+# before it acts on it.
 PENDING = "pending"
+RECHECK = "recheck"
 # Container ids that can be a systemd unit instance (``mixed-cpus-hook-watch@<id>.path``, at most
 # 256 characters with the prefix) and a file name that DirectoryNotEmpty= counts (systemd skips
 # hidden and "backup" names: a leading ".", a trailing "~", extensions such as ".old").
@@ -143,16 +146,17 @@ def list_records(state_dir: str, kind: str) -> List[str]:
     return sorted(n for n in names if is_plain_name(n, KINDS[kind]))
 
 
-def mark_pending(state_dir: str, name: str) -> bool:
+def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:
     """Queue container ``name`` for the watch sync; best effort (False when it could not).
 
-    An empty file ``<state_dir>/pending/<name>``: one open(2) on the hook's path, no systemctl.
-    The sync starts or stops the container's watch unit from what the records say; a mark that
-    is lost (read-only /run, say) only delays that to the next periodic reconcile.
+    An empty file ``<state_dir>/<queue>/<name>``: one open(2) on the hook's path, no systemctl.
+    The sync starts or stops the container's watch units from what the records say (queue
+    PENDING) or reconciles it once more (RECHECK); a mark that is lost (read-only /run, say)
+    only delays that to the next periodic reconcile.
     """
-    if not watchable(name):
+    if not watchable(name) or queue not in (PENDING, RECHECK):
         return False
-    folder = os.path.join(state_dir, PENDING)
+    folder = os.path.join(state_dir, queue)
     path = os.path.join(folder, name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

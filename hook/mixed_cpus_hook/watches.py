@@ -8,13 +8,25 @@ How reapply works (units in ``rpm/units/``; README "Reapply (systemd units)"):
 * ``mixed-cpus-hook-sync.path`` (``DirectoryNotEmpty=/run/mixed-cpus-hook/pending``, level
   triggered: it fires again as long as a mark is left) starts ``mixed-cpus-hook-sync.service``,
   which runs :func:`sync`: each mark is removed, then the container's record decides. A live
-  record gets ``<state_dir>/watch/<id>/{cpuset,cpu,pod-cpu}``, symlinks to its cgroup
-  directories, and a started ``mixed-cpus-hook-watch@<id>.path``; a record that is gone (or
-  whose cgroup is gone: it is forgotten here) gets its unit stopped and its links removed.
-* ``mixed-cpus-hook-watch@<id>.path`` watches ``cpuset.cpus`` and the quota file of the
-  container and of its pod through those links (a path through a symlink is watched at its
-  target) and starts ``mixed-cpus-hook-reconcile@<id>.service``: :func:`reconcile_container`,
-  which reapplies this one container, reading only its own record and its pod's, then settles.
+  record gets ``<state_dir>/watch/<id>/{cpus,quota,pod-quota}``, symlinks to its
+  ``cpuset.cpus``, its quota file and its pod's (``cpu.cfs_quota_us`` on v1, ``cpu.max`` on
+  v2), and a started watch unit for each: ``mixed-cpus-hook-watch@<id>.path``,
+  ``mixed-cpus-hook-watch-quota@<id>.path``, ``mixed-cpus-hook-watch-pod@<id>.path``; a
+  record that is gone (or whose cgroup is gone: it is forgotten here) gets its units stopped
+  and its links removed.
+* Each watch unit watches one link (systemd watches a symlink's target too) and starts
+  ``mixed-cpus-hook-reconcile@<id>.service``: :func:`reconcile_container`, which reapplies
+  this one container, reading only its own record and its pod's, then settles. One unit per
+  file rather than one unit with three paths: when a path unit starts its service it closes
+  one inotify instance per path, and each close waits for an RCU grace period (8-20 ms
+  measured here), on the way from the rewrite to the restore.
+* A path unit stops watching while its service runs, and a trigger from one of the other two
+  units of the container while that service runs merges into it: a write that lands after the
+  reapply's last read would be lost. So every watch-triggered reapply ends by marking the
+  container in ``<state_dir>/recheck/``; the sync (the same path unit, also level-triggered)
+  then reads it once more, after the watch units are watching again (starting the sync takes
+  tens of milliseconds; the reapply's process has long exited), and fixes what it finds.
+  Within the reapply, a settle (re-reading for 0.1 s) catches the quick second write sooner.
 * The timer, the configuration path unit and the start-up service run ``reconcile
   --sync-watches``: every record is reconciled (stale ones dropped), then :func:`sync` with
   ``full=True`` compares records, link directories and the loaded watch units.
@@ -30,12 +42,11 @@ import fcntl
 import os
 import sys
 
+from ._compat import NamedTuple
 from .config import load_config
 from .errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
 from .log import Reporter
-from .records import PENDING, list_records, load_record, state_lock, watchable
-
-from ._compat import NamedTuple
+from .records import PENDING, RECHECK, list_records, load_record, mark_pending, state_lock, watchable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
@@ -46,19 +57,34 @@ if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile s
 
 WATCH = "watch"
 WATCH_LOCK = "watch.lock"
-WATCH_PREFIX = "mixed-cpus-hook-watch@"
 WATCH_SUFFIX = ".path"
 RECONCILE_PREFIX = "mixed-cpus-hook-reconcile@"
-# Link names in <state_dir>/watch/<id>/; rpm/units/mixed-cpus-hook-watch@.path names the files below them.
-LINK_CPUSET, LINK_CPU, LINK_POD_CPU = "cpuset", "cpu", "pod-cpu"
-LINKS = (LINK_CPUSET, LINK_CPU, LINK_POD_CPU)
+# Link names in <state_dir>/watch/<id>/: the container's cpuset.cpus and quota file, its pod's
+# quota file; and the template (rpm/units/) of the path unit that watches each.
+LINK_CPUS, LINK_QUOTA, LINK_POD_QUOTA = "cpus", "quota", "pod-quota"
+LINKS = (LINK_CPUS, LINK_QUOTA, LINK_POD_QUOTA)
+WATCH_TEMPLATES = {LINK_CPUS: "mixed-cpus-hook-watch@", LINK_QUOTA: "mixed-cpus-hook-watch-quota@",
+                   LINK_POD_QUOTA: "mixed-cpus-hook-watch-pod@"}
 # Seconds a reconcile service keeps re-reading the files after a reapply (see engine.reconcile).
 DEFAULT_SETTLE = 0.1
 SYSTEMCTL = "systemctl"
 
 
-def watch_unit(cid: str) -> str:
-    return f"{WATCH_PREFIX}{cid}{WATCH_SUFFIX}"
+def watch_unit(cid: str, link: str = LINK_CPUS) -> str:
+    """The path unit watching one of the container's links (by default its cpuset)."""
+    return f"{WATCH_TEMPLATES[link]}{cid}{WATCH_SUFFIX}"
+
+
+def watch_units(cid: str, links: Sequence[str] = LINKS) -> List[str]:
+    return [watch_unit(cid, link) for link in LINKS if link in links]
+
+
+def unit_container(unit: str) -> Optional[str]:
+    """The container id of a watch unit's name; None for any other unit."""
+    for template in WATCH_TEMPLATES.values():
+        if unit.startswith(template) and unit.endswith(WATCH_SUFFIX):
+            return unit[len(template):-len(WATCH_SUFFIX)]
+    return None
 
 
 def watch_dir(state_dir: str, cid: str = "") -> str:
@@ -67,27 +93,16 @@ def watch_dir(state_dir: str, cid: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# why a reconcile runs: systemd tells a triggered service what triggered it
+# why a reconcile runs
+#
+# Each service passes its reason (--why). Not $TRIGGER_UNIT / $TRIGGER_PATH: systemd 252 keeps
+# the activation details of a service's first trigger for as long as it stays loaded, so a
+# service started by several path units (or by a timer and a path unit) would name the first
+# one every time (checked with systemd 252).
 
-
-def trigger_reason(environ: Mapping[str, str], default: str = "reapplied") -> str:
-    """``reapplied (<why>)`` from $TRIGGER_UNIT / $TRIGGER_PATH (set by systemd ≥ 250)."""
-    unit = environ.get("TRIGGER_UNIT", "")
-    path = environ.get("TRIGGER_PATH", "")
-    if unit.startswith(WATCH_PREFIX) and path:
-        parts = path.rstrip("/").split("/")
-        what = parts[-1]
-        whose = "pod's" if len(parts) >= 2 and parts[-2] == LINK_POD_CPU else "container's"
-        why = f"the {whose} {what} was written (seen by {unit})"
-    elif unit.endswith(".timer"):
-        why = f"periodic check by {unit}"
-    elif unit and path:
-        why = f"{path} changed (seen by {unit})"
-    elif unit:
-        why = f"triggered by {unit}"
-    else:
-        return default
-    return f"{default} ({why})"
+WATCH_WHY = "its cgroup was written, seen by its watch units"
+RECHECK_WHY = "written again while its last reapply ran, seen by the re-check"
+CATCH_UP_WHY = "caught up when its watch units started"
 
 
 # ---------------------------------------------------------------------------------------
@@ -95,19 +110,20 @@ def trigger_reason(environ: Mapping[str, str], default: str = "reapplied") -> st
 
 
 def desired_links(layout: Any, rec: Dict[str, Any], cid: str) -> Optional[Dict[str, str]]:
-    """Link name -> cgroup directory for a record; None when the container's cgroup is gone.
+    """Link name -> cgroup file for a record; None when the container's cgroup is gone.
 
     The record's directories must resolve below the cgroup root (engine._dirs checks it).
     """
+    from . import cgroups as cg
     from .engine import _dirs
 
     own = _dirs(rec.get("cgroup"), layout, f"record {cid}")
     if own is None or not (os.path.isdir(own.cpuset) and os.path.isdir(own.cpu)):
         return None
-    links = {LINK_CPUSET: own.cpuset, LINK_CPU: own.cpu}
+    links = {LINK_CPUS: cg.cpuset_file(layout, own.cpuset), LINK_QUOTA: cg.quota_file(layout, own.cpu)}
     pod = _dirs(rec.get("pod_cgroup"), layout, f"record {cid}")
     if pod is not None and os.path.isdir(pod.cpu):
-        links[LINK_POD_CPU] = pod.cpu
+        links[LINK_POD_QUOTA] = cg.quota_file(layout, pod.cpu)
     return links
 
 
@@ -169,10 +185,10 @@ def remove_links(state_dir: str, cid: str) -> bool:
 
 
 def links_live(state_dir: str, cid: str) -> bool:
-    """Whether the container's cpuset and cpu links exist and lead to existing directories."""
+    """Whether the container's cpus and quota links exist and lead to existing files."""
     folder = watch_dir(state_dir, cid)
-    return all(os.path.islink(os.path.join(folder, n)) and os.path.isdir(os.path.join(folder, n))
-               for n in (LINK_CPUSET, LINK_CPU))
+    return all(os.path.islink(os.path.join(folder, n)) and os.path.isfile(os.path.join(folder, n))
+               for n in (LINK_CPUS, LINK_QUOTA))
 
 
 def list_watch_dirs(state_dir: str) -> List[str]:
@@ -184,13 +200,13 @@ def list_watch_dirs(state_dir: str) -> List[str]:
         raise RecordError(f"cannot list: {exc.strerror}", watch_dir(state_dir)) from None
 
 
-def take_pending(state_dir: str) -> List[str]:
+def take_pending(state_dir: str, queue: str = PENDING) -> List[str]:
     """The queued container ids; each mark is removed before it is acted on.
 
     A mark made again while the sync runs stays, and the sync path unit (level-triggered)
     starts another round for it. Names that cannot be ids are removed and ignored.
     """
-    folder = os.path.join(state_dir, PENDING)
+    folder = os.path.join(state_dir, queue)
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -254,17 +270,17 @@ class Systemd:
             return 127, "", str(exc)
         return proc.returncode, proc.stdout, proc.stderr
 
-    def watches(self) -> Dict[str, str]:
-        """Container id -> ActiveState of every loaded watch unit."""
+    def units(self) -> Dict[str, str]:
+        """Unit name -> ActiveState of every loaded watch unit."""
         code, out, err = self._run(["list-units", "--all", "--plain", "--no-legend", "--full",
-                                    f"{WATCH_PREFIX}*{WATCH_SUFFIX}"])
+                                    *(f"{t}*{WATCH_SUFFIX}" for t in WATCH_TEMPLATES.values())])
         if code != 0:
             raise HookError(f"systemctl list-units failed: {err.strip() or code}", SYSTEMCTL)
         states = {}
         for line in out.splitlines():
             words = [w for w in line.split() if w not in ("●", "*")]
-            if len(words) >= 3 and words[0].startswith(WATCH_PREFIX) and words[0].endswith(WATCH_SUFFIX):
-                states[words[0][len(WATCH_PREFIX):-len(WATCH_SUFFIX)]] = words[2]
+            if len(words) >= 3 and unit_container(words[0]) is not None:
+                states[words[0]] = words[2]
         return states
 
     def act(self, verb: str, units: Sequence[str]) -> None:
@@ -283,18 +299,20 @@ class SyncReport(NamedTuple):
     restarted: Tuple[str, ...] = ()
     unwatchable: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()
+    rechecked: Tuple[str, ...] = ()
 
 
 def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Optional[Systemd] = None,
          node: Optional[NodeView] = None) -> SyncReport:
-    """Start a watch unit for every live record and stop those without one.
+    """Start the watch units of every live record and stop those without one.
 
     Without ``full`` only the queued ids (``pending/``) are looked at: the cost follows the
     number of containers that came or went, not the number tracked. With ``full`` (start-up,
     timer) every record, link directory and loaded watch unit is compared too, and watch units
     that failed (trigger limit hit) are reset and started again. A container whose cgroup is
     gone is forgotten here as in ``reconcile``. Newly watched containers are reconciled once
-    more, for a rewrite that came between ``apply`` and the watch.
+    more, for a rewrite that came between ``apply`` and the watch, and so are the containers
+    queued in ``recheck/`` by a watch-triggered reapply.
     """
     from .engine import read_node, reconcile, release_container
 
@@ -303,17 +321,19 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
     errors: List[str] = []
     with watch_lock(state_dir):
         pending = take_pending(state_dir)
+        rechecks = [c for c in take_pending(state_dir, RECHECK) if c not in pending]
         states: Optional[Dict[str, str]] = None
         records: set = set()
         ids = set(pending)
         if full:
-            states = systemd.watches()
+            states = systemd.units()
             records = set(list_records(state_dir, "containers"))
-            ids |= records | set(list_watch_dirs(state_dir)) | set(states)
+            ids |= records | set(list_watch_dirs(state_dir)) | {unit_container(u) or "" for u in states}
+            ids.discard("")
         if not ids:
-            return SyncReport()
+            return _recheck(config, reporter, rechecks, node)
         node = node or read_node(config)
-        want: List[str] = []
+        want: Dict[str, List[str]] = {}  # container -> the watch units it should have
         unwanted: List[str] = []
         forgotten: List[str] = []
         unwatchable: List[str] = []
@@ -321,9 +341,10 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
             if not watchable(cid):
                 unwatchable.append(cid)
                 continue
-            if (states is not None and cid in records and cid not in pending and states.get(cid) == "active"
-                    and links_live(state_dir, cid)):
-                want.append(cid)  # watched, its links lead to live cgroups: no need to read its record
+            if states is not None and cid in records and cid not in pending and links_live(state_dir, cid):
+                # its links lead to live cgroups: no need to read its record
+                folder = watch_dir(state_dir, cid)
+                want[cid] = watch_units(cid, [n for n in LINKS if os.path.lexists(os.path.join(folder, n))])
                 continue
             try:
                 rec = load_record(state_dir, "containers", cid)
@@ -337,50 +358,75 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
                     unwanted.append(cid)
                 else:
                     ensure_links(state_dir, cid, links)
-                    want.append(cid)
+                    want[cid] = watch_units(cid, list(links))
             except HookError as exc:
                 errors.append(f"container {cid}: {exc}")
-        if states is None:
-            to_stop, to_start, failed = unwanted, want, []
-        else:
-            to_stop = [c for c in unwanted if states.get(c, "inactive") not in ("inactive",)]
-            to_start = [c for c in want if states.get(c) != "active"]
-            failed = [c for c in want if states.get(c) == "failed"]
-        try:
-            systemd.act("stop", [watch_unit(c) for c in to_stop])
+        stop: List[str] = []
+        start: List[str] = []
+        failed: List[str] = []
+        for cid in unwanted:
+            stop += [u for u in watch_units(cid) if states is None or states.get(u, "inactive") != "inactive"]
+        for cid, units in want.items():
+            start += [u for u in units if states is None or states.get(u) != "active"]
+            failed += [u for u in units if states is not None and states.get(u) == "failed"]
             if states is not None:
-                systemd.act("reset-failed", [watch_unit(c) for c in to_stop if states.get(c) == "failed"])
+                stop += [u for u in watch_units(cid) if u not in units and states.get(u, "inactive") != "inactive"]
+        try:
+            systemd.act("stop", stop)
+            if states is not None:
+                systemd.act("reset-failed", [u for u in stop if states.get(u) == "failed"])
         except HookError as exc:
             errors.append(str(exc))
         try:
-            if failed:
-                systemd.act("reset-failed", [watch_unit(c) for c in failed])
-            systemd.act("start", [watch_unit(c) for c in to_start])
+            systemd.act("reset-failed", failed)
+            systemd.act("start", start)
         except HookError as exc:
             errors.append(str(exc))
-            to_start = []
-    for cid in unwatchable:
-        if full:
+            start = []
+    by_container: Dict[str, Dict[str, List[str]]] = {"start": {}, "stop": {}}
+    for what, units in (("start", start), ("stop", stop)):
+        for unit in units:
+            by_container[what].setdefault(unit_container(unit) or "", []).append(unit)
+    started, stopped = sorted(by_container["start"]), sorted(by_container["stop"])
+    restarted = sorted({unit_container(u) or "" for u in failed})
+    if full:
+        for cid in unwatchable:
             reporter.emit("info", f"container {cid}: id cannot name a systemd unit; only the periodic "
                                   "reconcile covers it", to_stream=False)
-    for cid in failed:
-        reporter.warning(f"container {cid}: {watch_unit(cid)} had failed (trigger limit hit? something keeps "
+    for unit in failed:
+        reporter.warning(f"container {unit_container(unit)}: {unit} had failed (trigger limit hit? something keeps "
                          "rewriting its cgroup); started it again")
-    started = [c for c in to_start if states is None or states.get(c) != "active"]
-    for cid in to_stop:
-        reporter.emit("info", f"container {cid}: stopped watching ({watch_unit(cid)})", to_stream=False)
+    for cid in stopped:
+        reporter.emit("info", f"container {cid}: stopped watching its cgroup "
+                              f"({', '.join(by_container['stop'][cid])})", to_stream=False)
     for cid in started:
-        if states is not None or cid in pending:
-            reporter.emit("info", f"container {cid}: watching its cgroup ({watch_unit(cid)})", to_stream=False)
-    for cid in to_start:  # a rewrite between apply (or a lost watch) and now
-        for _cid, outcome in reconcile(config, reporter, only=cid, reason="reapplied (caught up when its watch started)",
-                                       node=node):
+        reporter.emit("info", f"container {cid}: watching its cgroup ({', '.join(by_container['start'][cid])})",
+                      to_stream=False)
+        # a rewrite between apply (or a lost watch) and now
+        for _cid, outcome in reconcile(config, reporter, only=cid, reason=f"reapplied ({CATCH_UP_WHY})", node=node):
             if outcome.status == "error":
                 errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
     for line in errors:
         reporter.error(line)
-    return SyncReport(tuple(started), tuple(to_stop), tuple(forgotten), tuple(failed), tuple(unwatchable),
-                      tuple(errors))
+    rechecked = _recheck(config, reporter, [c for c in rechecks if c not in started], node)
+    return SyncReport(tuple(started), tuple(stopped), tuple(forgotten), tuple(restarted), tuple(unwatchable),
+                      tuple(errors) + rechecked.errors, rechecked.rechecked)
+
+
+def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[NodeView]) -> SyncReport:
+    """Reconcile once more the containers a watch-triggered reapply just handled."""
+    if not ids:
+        return SyncReport()
+    from .engine import read_node, reconcile
+
+    node = node or read_node(config)
+    errors = []
+    for cid in ids:
+        for _cid, outcome in reconcile(config, reporter, only=cid, node=node,
+                                       reason=f"reapplied ({RECHECK_WHY})"):
+            if outcome.status == "error":
+                errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
+    return SyncReport(errors=tuple(errors), rechecked=tuple(ids))
 
 
 # ---------------------------------------------------------------------------------------
@@ -388,28 +434,34 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
 
 
 def reconcile_container(config: Config, cid: str, reporter: Reporter, settle: float = DEFAULT_SETTLE,
-                        environ: Optional[Mapping[str, str]] = None) -> int:
+                        why: str = WATCH_WHY) -> int:
     """What ``mixed-cpus-hook-reconcile@<id>.service`` runs: reapply one container, then settle."""
     from .engine import reconcile
 
-    env = os.environ if environ is None else environ
-    results = reconcile(config, reporter, only=cid, reason=trigger_reason(env), settle=settle)
+    results = reconcile(config, reporter, only=cid, reason=f"reapplied ({why})", settle=settle)
+    if results and results[-1][1].status in ("applied", "in-sync"):
+        # Last, so that the sync reads again only after this process is gone and its watch
+        # units watch again (see the module's docstring).
+        mark_pending(config.state_dir, cid, RECHECK)
     return 1 if any(outcome.status == "error" for _cid, outcome in results) else EXIT_OK
 
 
 USAGE = """\
-usage: python -m mixed_cpus_hook.watches [--config PATH] [-v] reconcile ID [--settle SECONDS]
+usage: python -m mixed_cpus_hook.watches [--config PATH] [-v] reconcile ID [--settle SECONDS] [--why TEXT]
        python -m mixed_cpus_hook.watches [--config PATH] [-v] sync [--full]
 
-reconcile  reapply one tracked container (what its watch unit's service runs), then re-read
-           its files for SECONDS (default 0.1) and fix again what changes meanwhile
+reconcile  reapply one tracked container (what its watch units' service runs), then re-read
+           its files for SECONDS (default 0.1) and fix again what changes meanwhile; the
+           journal gives TEXT as the reason (default: "its cgroup was written, seen by its
+           watch units"); then queue it for one more read by the sync
 sync       start/stop the per-container watch units for the queued containers (--full: all)
+           and re-check the containers queued by reconcile
 """
 
 
 def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
     args: Dict[str, Any] = {"config": None, "verbose": False, "command": "", "id": None,
-                            "settle": DEFAULT_SETTLE, "full": False}
+                            "settle": DEFAULT_SETTLE, "full": False, "why": WATCH_WHY}
     rest = list(argv)
     while rest:
         tok = rest.pop(0)
@@ -429,6 +481,8 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
                 raise UsageError("--settle takes a number of seconds", "command line") from None
             if not 0 <= args["settle"] <= 10:
                 raise UsageError("--settle must be between 0 and 10 seconds", "command line")
+        elif args["command"] == "reconcile" and tok == "--why" and rest:
+            args["why"] = rest.pop(0)
         elif args["command"] == "reconcile" and args["id"] is None and not tok.startswith("-"):
             args["id"] = tok
         elif args["command"] == "sync" and tok == "--full":
@@ -444,6 +498,7 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None, reporter: Optional[Reporter] = None,
          environ: Optional[Mapping[str, str]] = None) -> int:
+    """The services' entry; ``environ`` is what the configuration is resolved from."""
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
@@ -456,7 +511,7 @@ def main(argv: Optional[Sequence[str]] = None, reporter: Optional[Reporter] = No
     try:
         config = load_config(args["config"], environ=dict(os.environ if environ is None else environ))
         if args["command"] == "reconcile":
-            return reconcile_container(config, args["id"], rep, settle=args["settle"], environ=environ)
+            return reconcile_container(config, args["id"], rep, settle=args["settle"], why=args["why"])
         report = sync(config, rep, full=args["full"])
         return 1 if report.errors else EXIT_OK
     except HookError as exc:

@@ -42,7 +42,7 @@ STATE_DIR = "/run/mixed-cpus-hook"
 PREFIX = "mixed-cpus.openshift.io"
 SHARED, EXCLUSIVE, MIXED = "0", "1", "0-1"
 PERIOD = 100000
-WATCH = "mixed-cpus-hook-watch@{}.path"
+WATCHES = ("mixed-cpus-hook-watch@{}.path", "mixed-cpus-hook-watch-quota@{}.path", "mixed-cpus-hook-watch-pod@{}.path")
 RESTORE_TIMEOUT = 5.0  # poll this long for a restore ...
 RESTORE_BAR = 1.0  # ... and require it within this
 
@@ -185,7 +185,9 @@ class Container:
         self.cpus = os.path.join(cpuset_dir, "cpuset.cpus")
         self.quota = os.path.join(cpu_dir, "cpu.cfs_quota_us")
         self.pod_quota = os.path.join(pod_cpu_dir, "cpu.cfs_quota_us") if pod_cpu_dir else None
-        self.watch = WATCH.format(cid)
+        self.watches = [w.format(cid) for w in (WATCHES if pod_cpu_dir else WATCHES[:2])]
+        self.watch, self.quota_watch = self.watches[:2]
+        self.pod_watch = self.watches[2] if pod_cpu_dir else None
 
     def values(self) -> Tuple[str, str, Optional[str]]:
         return (read(self.cpus), read(self.quota), read(self.pod_quota) if self.pod_quota else None)
@@ -266,14 +268,17 @@ class ReapplyNode:
 
     def watch_units(self) -> List[str]:
         """Watch units systemctl list-units shows (active, failed or with a job)."""
-        out = self.sd.systemctl("list-units", "--plain", "--no-legend", "--full", "mixed-cpus-hook-watch@*").stdout
+        out = self.sd.systemctl("list-units", "--plain", "--no-legend", "--full", "mixed-cpus-hook-watch*").stdout
         return [line.split()[0] for line in out.splitlines() if line.split()]
+
+    def watching(self, c: "Container") -> bool:
+        return all(self.active(unit) == "active" for unit in c.watches)
 
     def journal(self) -> str:
         return self.sd.journal("-t", "mixed-cpus-hook", "-o", "cat", check=False).stdout
 
     def wait_watch(self, c: Container, timeout: float = 10.0) -> float:
-        return wait_until(lambda: self.active(c.watch) == "active", timeout, f"{c.watch} active", 0.01)
+        return wait_until(lambda: self.watching(c), timeout, f"{c.watches} active", 0.01)
 
     # pods and containers -----------------------------------------------------------------
     def make_pod_cgroupfs(self, quota: int = 200000) -> Tuple[str, str]:
@@ -404,8 +409,9 @@ def test_rewrite_undone_and_a_second_cycle_writes_nothing_more(reapply_node: Rea
     rn = reapply_node
     c = started_cgroupfs(rn)
     rec = rn.record(c.id)
-    assert os.readlink(rn.state("watch", c.id, "cpuset")) == rec["cgroup"]["cpuset"]
-    assert os.readlink(rn.state("watch", c.id, "pod-cpu")) == rec["pod_cgroup"]["cpu"]
+    assert os.readlink(rn.state("watch", c.id, "cpus")) == rec["cgroup"]["cpuset"] + "/cpuset.cpus"
+    assert os.readlink(rn.state("watch", c.id, "quota")) == rec["cgroup"]["cpu"] + "/cpu.cfs_quota_us"
+    assert os.readlink(rn.state("watch", c.id, "pod-quota")) == rec["pod_cgroup"]["cpu"] + "/cpu.cfs_quota_us"
 
     counts = []
     for cycle in range(2):
@@ -424,14 +430,13 @@ def test_rewrite_undone_and_a_second_cycle_writes_nothing_more(reapply_node: Rea
         assert counts[-1] == {c.cpus: 2, c.quota: 2, c.pod_quota: 0}, during
         assert after == [], after
     assert counts[0] == counts[1]
-    assert rn.active(c.watch) == "active"
+    assert rn.watching(c)
 
     log = rn.journal()
-    reason = f"the container's cpuset.cpus was written (seen by {c.watch})"
-    assert f"container {c.id}: reapplied ({reason}): /sys/fs/cgroup/cpuset" in log, log
+    assert f"container {c.id}: reapplied (its cgroup was written, seen by its watch units): /sys/fs/cgroup/cpuset" in log, log
     assert f"cpuset.cpus: {EXCLUSIVE} -> {MIXED} (cpuset: exclusive {EXCLUSIVE} + shared {SHARED})" in log, log
     assert f"cpu.cfs_quota_us: {PERIOD} -> {2 * PERIOD} (quota: base {PERIOD} + 1 shared CPU(s)" in log, log
-    assert f"container {c.id}: watching its cgroup ({c.watch})" in log, log
+    assert f"container {c.id}: watching its cgroup ({', '.join(c.watches)})" in log, log
 
 
 def test_two_rewrites_in_quick_succession_are_both_undone(reapply_node: ReapplyNode) -> None:
@@ -454,7 +459,7 @@ def test_two_rewrites_in_quick_succession_are_both_undone(reapply_node: ReapplyN
         assert time.monotonic() - t_second <= RESTORE_BAR, gap
     time.sleep(0.5)
     assert c.values() == MIXED_VALUES
-    assert rn.active(c.watch) == "active"
+    assert rn.watching(c)
 
 
 def test_kubelet_restart_and_many_rewrites_hit_no_start_limit(reapply_node: ReapplyNode) -> None:
@@ -476,7 +481,43 @@ def test_kubelet_restart_and_many_rewrites_hit_no_start_limit(reapply_node: Reap
         assert took <= RESTORE_BAR, (i, took)
     time.sleep(0.3)
     assert rn.sd.failed_units() == []
-    assert all(rn.active(x.watch) == "active" for x in containers)
+    assert all(rn.watching(x) for x in containers)
+
+
+def test_a_writer_that_fights_fails_the_watch_and_the_timer_restarts_it(reapply_node: ReapplyNode) -> None:
+    """TriggerLimitBurst= stops a fight; the periodic run restarts the failed watch and says so.
+
+    The shipped limit is 50 triggers in 10 s; a drop-in lowers it to 4 here so that the test
+    does not need to fight for long.
+    """
+    rn = reapply_node
+    c = started_cgroupfs(rn)
+    rn.sd.install_file("/etc/systemd/system/mixed-cpus-hook-watch@.path.d/test.conf",
+                       "[Path]\nTriggerLimitIntervalSec=30s\nTriggerLimitBurst=4\n")
+    rn.sd.systemctl("daemon-reload")
+    rn.sd.systemctl("restart", c.watch)  # picks up the drop-in
+    fights = 0
+    while rn.active(c.watch) != "failed":
+        fights += 1
+        assert fights <= 20, "the watch never hit its trigger limit"
+        write(c.cpus, EXCLUSIVE)
+        wait_until(lambda: read(c.cpus) == MIXED or rn.active(c.watch) == "failed", RESTORE_TIMEOUT,
+                   "the fought-over cpuset back, or the watch failed", 0.02)
+        time.sleep(0.25)
+    result = rn.sd.systemctl("show", "-p", "Result", "--value", c.watch).stdout.strip()
+    assert result == "trigger-limit-hit", result
+    assert fights == 5, fights  # 4 triggers allowed, the 5th refused
+    time.sleep(0.5)
+    assert read(c.cpus) == EXCLUSIVE  # not watched now: only the periodic run fixes it
+    rn.sd.run(["rm", "-rf", "/etc/systemd/system/mixed-cpus-hook-watch@.path.d"])
+    rn.sd.systemctl("daemon-reload")
+    rn.sd.systemctl("start", "mixed-cpus-hook-reconcile.service")  # what the timer runs
+    assert c.values() == MIXED_VALUES and rn.watching(c)
+    log = rn.journal()
+    assert f"container {c.id}: reapplied (periodic check): " in log
+    assert f"container {c.id}: {c.watch} had failed (trigger limit hit? something keeps rewriting its cgroup); " \
+        "started it again" in log, log
+    assert rn.sd.failed_units() == []
 
 
 def test_pod_quota_write_undone(reapply_node: ReapplyNode) -> None:
@@ -485,7 +526,9 @@ def test_pod_quota_write_undone(reapply_node: ReapplyNode) -> None:
     write(c.pod_quota, str(2 * PERIOD))  # kubelet's value for the pod
     took = wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, "the pod's quota raised again")
     assert took <= RESTORE_BAR, took
-    assert f"the pod's cpu.cfs_quota_us was written (seen by {c.watch})" in rn.journal()
+    rec = rn.record(c.id)
+    assert (f"container {c.id}: reapplied (its cgroup was written, seen by its watch units): "
+            f"{rec['pod_cgroup']['cpu']}/cpu.cfs_quota_us: {2 * PERIOD} -> {3 * PERIOD}") in rn.journal()
 
 
 def test_container_deleted_leaves_no_watch_and_no_record(reapply_node: ReapplyNode) -> None:
@@ -527,14 +570,14 @@ def test_restarts_redo_nothing_and_the_start_up_run_restores_watches(reapply_nod
         rn.sd.systemctl("start", "mixed-cpus-hook-reconcile.service")
         time.sleep(0.5)
         assert ino.modified() == []
-    assert rn.records() == [c.id] and rn.active(c.watch) == "active"
-    # A lost watch (an upgrade from a version without them, a unit stopped by hand): the
-    # start-up run starts it again from the record.
-    rn.sd.systemctl("stop", c.watch)
+    assert rn.records() == [c.id] and rn.watching(c)
+    # Lost watches (an upgrade from a version without them, units stopped by hand): the
+    # start-up run starts them again from the record.
+    rn.sd.systemctl("stop", *c.watches)
     rn.sd.run(["rm", "-rf", f"{STATE_DIR}/watch/{c.id}"])
     rn.sd.systemctl("restart", "mixed-cpus-hook.service")
-    assert rn.active(c.watch) == "active"
-    assert os.path.islink(rn.state("watch", c.id, "cpuset"))
+    assert rn.watching(c)
+    assert os.path.islink(rn.state("watch", c.id, "cpus"))
     rn.rewrite(c)
     took = wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, "the mixed set back")
     assert took <= RESTORE_BAR, took
@@ -543,15 +586,15 @@ def test_restarts_redo_nothing_and_the_start_up_run_restores_watches(reapply_nod
 def test_config_change_reconciles_every_container(reapply_node: ReapplyNode) -> None:
     rn = reapply_node
     c = started_cgroupfs(rn)
-    rn.sd.systemctl("stop", c.watch)  # only the configuration path unit may fix it now
+    rn.sd.systemctl("stop", *c.watches)  # only the configuration path unit may fix it now
     rn.rewrite(c)
     time.sleep(0.3)
     assert c.values() == (EXCLUSIVE, str(PERIOD), str(3 * PERIOD))
     rn.sd.install_file("/etc/mixed-cpus-hook/shared-cpus", f"# edited\n{SHARED}\n")
     wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, "the configuration's reconcile")
-    assert "(/etc/mixed-cpus-hook/shared-cpus changed (seen by mixed-cpus-hook-config.path))" in rn.journal()
-    # ... whose full sync also started the stopped watch again.
-    wait_until(lambda: rn.active(c.watch) == "active", 10, "the full sync restarting the watch", 0.05)
+    assert f"container {c.id}: reapplied (configuration or shared CPUs changed): /sys/fs/cgroup/cpuset" in rn.journal()
+    # ... whose full sync also started the stopped watches again.
+    wait_until(lambda: rn.watching(c), 10, "the full sync restarting the watches", 0.05)
 
 
 # ---------------------------------------------------------------------------------------
@@ -582,5 +625,5 @@ def test_systemd_driver_daemon_reload_and_rewrite_undone(reapply_node_systemd: R
     took = wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, "the mixed set back")
     assert took <= RESTORE_BAR, took
     time.sleep(0.5)
-    assert c.values() == MIXED_VALUES and rn.active(c.watch) == "active"
+    assert c.values() == MIXED_VALUES and rn.watching(c)
     assert rn.sd.failed_units() == []

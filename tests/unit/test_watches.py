@@ -33,7 +33,7 @@ class FakeSystemd:
         self.states = dict(states or {})
         self.calls: List[Tuple[str, Tuple[str, ...]]] = []
 
-    def watches(self) -> Dict[str, str]:
+    def units(self) -> Dict[str, str]:
         self.calls.append(("list", ()))
         return dict(self.states)
 
@@ -42,13 +42,17 @@ class FakeSystemd:
             return
         self.calls.append((verb, tuple(units)))
         for unit in units:
-            cid = unit[len(watches.WATCH_PREFIX):-len(watches.WATCH_SUFFIX)]
             if verb == "start":
-                self.states[cid] = "active"
+                self.states[unit] = "active"
             elif verb == "stop":
-                self.states[cid] = "failed" if self.states.get(cid) == "failed" else "inactive"
+                self.states[unit] = "failed" if self.states.get(unit) == "failed" else "inactive"
             elif verb == "reset-failed":
-                self.states[cid] = "inactive"
+                self.states[unit] = "inactive"
+
+
+def units_of(cid: str, pod: bool = True) -> Tuple[str, ...]:
+    return (f"mixed-cpus-hook-watch@{cid}.path", f"mixed-cpus-hook-watch-quota@{cid}.path") + (
+        (f"mixed-cpus-hook-watch-pod@{cid}.path",) if pod else ())
 
 
 def apply(run_hook: Callable, node: Any, paths: Dict[str, str]) -> None:
@@ -135,12 +139,12 @@ def test_take_pending_removes_every_mark_and_ignores_junk(tmp_path: Path) -> Non
 def test_links_are_made_replaced_and_removed(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     a, b, pod = (str(tmp_path / n) for n in ("a", "b", "pod"))
-    assert watches.ensure_links(state, "c1", {"cpuset": a, "cpu": a, "pod-cpu": pod}) is True
-    assert watches.ensure_links(state, "c1", {"cpuset": a, "cpu": a, "pod-cpu": pod}) is False
-    assert watches.ensure_links(state, "c1", {"cpuset": b, "cpu": a}) is True
+    assert watches.ensure_links(state, "c1", {"cpus": a, "quota": a, "pod-quota": pod}) is True
+    assert watches.ensure_links(state, "c1", {"cpus": a, "quota": a, "pod-quota": pod}) is False
+    assert watches.ensure_links(state, "c1", {"cpus": b, "quota": a}) is True
     folder = watches.watch_dir(state, "c1")
-    assert sorted(os.listdir(folder)) == ["cpu", "cpuset"]
-    assert os.readlink(os.path.join(folder, "cpuset")) == b
+    assert sorted(os.listdir(folder)) == ["cpus", "quota"]
+    assert os.readlink(os.path.join(folder, "cpus")) == b
     assert watches.list_watch_dirs(state) == ["c1"]
     assert watches.remove_links(state, "c1") is True
     assert watches.remove_links(state, "c1") is False
@@ -153,14 +157,14 @@ def test_desired_links_follow_the_record(node: Any, run_hook: Callable) -> None:
     config = load_config(node.config_path)
     layout = engine.read_node(config).layout
     rec = node.records("containers")["abc"]
-    want = {"cpuset": cgroup_dir(node, paths["rel"], "cpuset.cpus"),
-            "cpu": cgroup_dir(node, paths["rel"], node.quota_name()),
-            "pod-cpu": cgroup_dir(node, paths["pod_rel"], node.quota_name())}
+    want = {"cpus": os.path.realpath(node.path(paths["rel"], "cpuset.cpus")),
+            "quota": os.path.realpath(node.path(paths["rel"], node.quota_name())),
+            "pod-quota": os.path.realpath(node.path(paths["pod_rel"], node.quota_name()))}
     assert watches.desired_links(layout, rec, "abc") == want
     outside = dict(rec, cgroup={"cpuset": "/etc", "cpu": "/etc"})
     with pytest.raises(CgroupError, match="outside the cgroup root"):
         watches.desired_links(layout, outside, "abc")
-    shutil.rmtree(want["cpuset"])
+    shutil.rmtree(os.path.dirname(want["cpus"]))
     assert watches.desired_links(layout, rec, "abc") is None
 
 
@@ -174,8 +178,8 @@ def test_sync_starts_and_stops_watches_from_the_marks(node: Any, run_hook: Calla
     sd = FakeSystemd()
     report = watches.sync(config, reporter.reporter, systemd=sd)
     assert report.started == ("abc",) and report.errors == ()
-    assert sd.calls == [("start", ("mixed-cpus-hook-watch@abc.path",))]
-    assert set(links(node, "abc")) == {"cpuset", "cpu", "pod-cpu"}
+    assert sd.calls == [("start", units_of("abc"))]
+    assert set(links(node, "abc")) == {"cpus", "quota", "pod-quota"}
     assert pending(node) == []
     assert any("container abc: watching its cgroup" in m for _p, m in reporter.sink.messages)
     # Nothing queued: nothing to do, no systemctl.
@@ -185,7 +189,7 @@ def test_sync_starts_and_stops_watches_from_the_marks(node: Any, run_hook: Calla
     release(run_hook, node, paths)
     report = watches.sync(config, reporter.reporter, systemd=sd)
     assert report.stopped == ("abc",)
-    assert sd.calls[-1] == ("stop", ("mixed-cpus-hook-watch@abc.path",))
+    assert sd.calls[-1] == ("stop", units_of("abc"))
     assert links(node, "abc") == {} and pending(node) == []
 
 
@@ -195,7 +199,7 @@ def test_sync_catches_up_a_rewrite_made_before_the_watch(node: Any, run_hook: Ca
     node.write(paths["rel"], "cpuset.cpus", "2-3")
     watches.sync(load_config(node.config_path), reporter.reporter, systemd=FakeSystemd())
     assert node.read(paths["rel"], "cpuset.cpus") == "0-3"
-    assert any("reapplied (caught up when its watch started)" in m for _p, m in reporter.sink.messages)
+    assert any("reapplied (caught up when its watch units started)" in m for _p, m in reporter.sink.messages)
 
 
 def test_sync_forgets_a_container_whose_cgroup_is_gone(node: Any, run_hook: Callable, reporter: Any) -> None:
@@ -227,12 +231,18 @@ def test_full_sync_compares_everything(node: Any, run_hook: Callable, reporter: 
     apply(run_hook, node, b)
     config = load_config(node.config_path)
     watches.take_pending(config.state_dir)  # marks lost: only a full sync can know
-    watches.ensure_links(config.state_dir, "stale", {"cpuset": "/nowhere", "cpu": "/nowhere"})
-    sd = FakeSystemd({"bbb": "failed", "ghost": "active"})
+    watches.ensure_links(config.state_dir, "stale", {"cpus": "/nowhere", "quota": "/nowhere"})
+    sd = FakeSystemd({"mixed-cpus-hook-watch@bbb.path": "failed", "mixed-cpus-hook-watch-quota@bbb.path": "active",
+                      "mixed-cpus-hook-watch@ghost.path": "active"})
     report = watches.sync(config, reporter.reporter, full=True, systemd=sd)
     assert report.errors == ()
-    assert sd.states == {"aaa": "active", "bbb": "active", "ghost": "inactive"}  # "stale" was never loaded
+    # "stale" was never loaded: nothing to stop
+    assert sd.states == dict({u: "active" for u in units_of("aaa") + units_of("bbb")},
+                             **{"mixed-cpus-hook-watch@ghost.path": "inactive"})
     assert ("reset-failed", ("mixed-cpus-hook-watch@bbb.path",)) in sd.calls
+    assert ("start", ("mixed-cpus-hook-watch@aaa.path", "mixed-cpus-hook-watch-quota@aaa.path",
+                      "mixed-cpus-hook-watch-pod@aaa.path", "mixed-cpus-hook-watch@bbb.path",
+                      "mixed-cpus-hook-watch-pod@bbb.path")) in sd.calls
     assert report.restarted == ("bbb",)
     assert set(report.started) == {"aaa", "bbb"} and set(report.stopped) == {"ghost"}
     assert watches.list_watch_dirs(config.state_dir) == ["aaa", "bbb"]
@@ -258,35 +268,20 @@ def test_systemctl_failure_is_reported_not_raised(node: Any, run_hook: Callable,
 
 
 def test_systemd_parses_list_units(monkeypatch: pytest.MonkeyPatch) -> None:
-    out = ("mixed-cpus-hook-watch@aaa.path loaded active waiting mixed-cpus-hook: watch container aaa\n"
-           "● mixed-cpus-hook-watch@bbb.path loaded failed failed mixed-cpus-hook: watch container bbb\n")
+    out = ("mixed-cpus-hook-watch@aaa.path loaded active waiting mixed-cpus-hook: watch the cpuset of container aaa\n"
+           "● mixed-cpus-hook-watch-pod@bbb.path loaded failed failed mixed-cpus-hook: watch ...\n"
+           "other.path loaded active waiting other\n")
     sd = watches.Systemd()
     monkeypatch.setattr(sd, "_run", lambda args: (0, out, ""))
-    assert sd.watches() == {"aaa": "active", "bbb": "failed"}
+    assert sd.units() == {"mixed-cpus-hook-watch@aaa.path": "active", "mixed-cpus-hook-watch-pod@bbb.path": "failed"}
+    assert watches.unit_container("mixed-cpus-hook-watch-quota@x.y.path") == "x.y"
+    assert watches.unit_container("mixed-cpus-hook-reconcile@x.service") is None
     monkeypatch.setattr(sd, "_run", lambda args: (1, "", "Failed to connect to bus"))
     with pytest.raises(watches.HookError, match="Failed to connect to bus"):
         sd.act("start", ["x.path"])
 
 
 # -- reasons and the settle ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("env,want", [
-    ({}, "reapplied"),
-    ({"TRIGGER_UNIT": "mixed-cpus-hook-watch@abc.path",
-      "TRIGGER_PATH": "/run/mixed-cpus-hook/watch/abc/cpuset/cpuset.cpus"},
-     "reapplied (the container's cpuset.cpus was written (seen by mixed-cpus-hook-watch@abc.path))"),
-    ({"TRIGGER_UNIT": "mixed-cpus-hook-watch@abc.path",
-      "TRIGGER_PATH": "/run/mixed-cpus-hook/watch/abc/pod-cpu/cpu.max"},
-     "reapplied (the pod's cpu.max was written (seen by mixed-cpus-hook-watch@abc.path))"),
-    ({"TRIGGER_UNIT": "mixed-cpus-hook-reconcile.timer", "TRIGGER_TIMER_MONOTONIC_USEC": "1"},
-     "reapplied (periodic check by mixed-cpus-hook-reconcile.timer)"),
-    ({"TRIGGER_UNIT": "mixed-cpus-hook-config.path", "TRIGGER_PATH": "/etc/mixed-cpus-hook/shared-cpus"},
-     "reapplied (/etc/mixed-cpus-hook/shared-cpus changed (seen by mixed-cpus-hook-config.path))"),
-    ({"TRIGGER_UNIT": "other.target"}, "reapplied (triggered by other.target)"),
-])
-def test_trigger_reason(env: Dict[str, str], want: str) -> None:
-    assert watches.trigger_reason(env) == want
 
 
 def test_settle_fixes_a_second_rewrite(node: Any, run_hook: Callable, reporter: Any) -> None:
@@ -354,16 +349,19 @@ def test_main_reconcile_and_sync(node: Any, run_hook: Callable, reporter: Any, m
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     apply(run_hook, node, paths)
     node.write(paths["rel"], "cpuset.cpus", "2-3")
-    env = {"TRIGGER_UNIT": "mixed-cpus-hook-watch@abc.path",
-           "TRIGGER_PATH": "/run/mixed-cpus-hook/watch/abc/cpuset/cpuset.cpus"}
     code = watches.main(["--config", node.config_path, "reconcile", "abc", "--settle", "0"],
-                        reporter=reporter.reporter, environ=env)
+                        reporter=reporter.reporter, environ={})
     assert code == 0 and node.read(paths["rel"], "cpuset.cpus") == "0-3"
-    assert any(m.startswith("container abc: reapplied (the container's cpuset.cpus was written") and "2-3 -> 0-3" in m
-               for _p, m in reporter.sink.messages)
+    assert any(m.startswith("container abc: reapplied (its cgroup was written, seen by its watch units): ")
+               and m.endswith("cpuset.cpus: 2-3 -> 0-3 (cpuset: exclusive 2-3 + shared 0-1)")
+               for _p, m in reporter.sink.messages), reporter.sink.messages
+    node.write(paths["rel"], "cpuset.cpus", "2-3")
+    assert watches.main(["--config", node.config_path, "reconcile", "abc", "--settle", "0", "--why", "a test"],
+                        reporter=reporter.reporter, environ={}) == 0
+    assert any(m.startswith("container abc: reapplied (a test): ") for _p, m in reporter.sink.messages)
     monkeypatch.setattr(watches, "Systemd", FakeSystemd)
     assert watches.main(["--config", node.config_path, "sync"], reporter=reporter.reporter, environ={}) == 0
-    assert set(links(node, "abc")) == {"cpuset", "cpu", "pod-cpu"}
+    assert set(links(node, "abc")) == {"cpus", "quota", "pod-quota"}
 
 
 @pytest.mark.parametrize("argv", [[], ["reconcile"], ["reconcile", "a", "--settle", "x"], ["sync", "--nope"],
@@ -391,7 +389,7 @@ def test_cli_reconcile_sync_watches(node: Any, run_hook: Callable, run_cli: Call
     assert result.code == 0, result.err
     assert "2-3 -> 0-3" in result.out
     assert any(m.startswith("container abc: reapplied (start-up): ") for _p, m in result.syslog)
-    assert set(links(node, "abc")) == {"cpuset", "cpu", "pod-cpu"}
+    assert set(links(node, "abc")) == {"cpus", "quota", "pod-quota"}
     assert run_cli(["--config", node.config_path, "reconcile", "--sync-watches", "--dry-run"]).code == 2
     result = run_cli(["--config", node.config_path, "watches", "sync", "--full"])
     assert result.code == 0, result.err
@@ -427,34 +425,38 @@ def values(parser: configparser.ConfigParser, section: str, key: str) -> List[st
 def test_unit_files_agree_with_the_code() -> None:
     u = units()
     assert sorted(u) == sorted([
-        "mixed-cpus-hook.service", "mixed-cpus-hook-config.path", "mixed-cpus-hook-reconcile.service",
+        "mixed-cpus-hook.service", "mixed-cpus-hook-config.path", "mixed-cpus-hook-config.service",
+        "mixed-cpus-hook-reconcile.service",
         "mixed-cpus-hook-reconcile.timer", "mixed-cpus-hook-reconcile@.service", "mixed-cpus-hook-sync.path",
-        "mixed-cpus-hook-sync.service", "mixed-cpus-hook-watch@.path"])
+        "mixed-cpus-hook-sync.service", "mixed-cpus-hook-watch@.path", "mixed-cpus-hook-watch-quota@.path",
+        "mixed-cpus-hook-watch-pod@.path"])
     state = "/run/mixed-cpus-hook"
-    watch = u["mixed-cpus-hook-watch@.path"]
-    paths = values(watch, "Path", "PathModified")
-    assert {p.split("/")[-2] for p in paths} == set(watches.LINKS)
-    assert all(p.startswith(f"{state}/{watches.WATCH}/%i/") for p in paths)
-    assert {p.split("/")[-1] for p in paths} == {"cpuset.cpus", "cpu.cfs_quota_us", "cpu.max"}
-    assert values(watch, "Path", "Unit") == [f"{watches.RECONCILE_PREFIX}%i.service"]
-    assert values(watch, "Path", "TriggerLimitBurst") and values(watch, "Path", "TriggerLimitIntervalSec")
-    assert not watch.has_section("Install")
+    for link, template in watches.WATCH_TEMPLATES.items():
+        watch = u[f"{template}{watches.WATCH_SUFFIX}"]
+        # exactly one path per unit: see the unit files' comment
+        assert values(watch, "Path", "PathModified") == [f"{state}/{watches.WATCH}/%i/{link}"]
+        assert values(watch, "Path", "Unit") == [f"{watches.RECONCILE_PREFIX}%i.service"]
+        assert values(watch, "Path", "TriggerLimitBurst") == ["50"]
+        assert values(watch, "Path", "TriggerLimitIntervalSec") == ["10s"]
+        assert not watch.has_section("Install")
     service = u["mixed-cpus-hook-reconcile@.service"]
     assert values(service, "Unit", "StartLimitIntervalSec") == ["0"]
     assert values(service, "Service", "ExecStart") == [
         "/usr/bin/python3 -I -m mixed_cpus_hook.watches reconcile %i --settle 0.1"]
     assert not service.has_section("Install")
     sync_path = u["mixed-cpus-hook-sync.path"]
-    assert values(sync_path, "Path", "DirectoryNotEmpty") == [f"{state}/{records.PENDING}"]
+    assert values(sync_path, "Path", "DirectoryNotEmpty") == [f"{state}/{records.PENDING}", f"{state}/{records.RECHECK}"]
     assert values(sync_path, "Path", "MakeDirectory") == ["yes"]
     assert values(u["mixed-cpus-hook-sync.service"], "Service", "ExecStart") == [
         "/usr/bin/python3 -I -m mixed_cpus_hook.watches sync"]
-    for name in ("mixed-cpus-hook.service", "mixed-cpus-hook-reconcile.service"):
-        (cmd,) = values(u[name], "Service", "ExecStart")
-        assert cmd.startswith("/usr/bin/mixed-cpus-hook reconcile --sync-watches"), cmd
+    # One service per trigger: systemd 252 gives a service the details of its first trigger only.
+    for name, why in (("mixed-cpus-hook.service", "start-up"), ("mixed-cpus-hook-reconcile.service", '"periodic check"'),
+                      ("mixed-cpus-hook-config.service", '"configuration or shared CPUs changed"')):
+        assert values(u[name], "Service", "ExecStart") == [
+            f"/usr/bin/mixed-cpus-hook reconcile --sync-watches --why {why}"], name
     assert values(u["mixed-cpus-hook-config.path"], "Path", "PathChanged") == [
         "/etc/mixed-cpus-hook/config.yaml", "/etc/mixed-cpus-hook/shared-cpus"]
-    assert values(u["mixed-cpus-hook-config.path"], "Path", "Unit") == ["mixed-cpus-hook-reconcile.service"]
+    assert values(u["mixed-cpus-hook-config.path"], "Path", "Unit") == ["mixed-cpus-hook-config.service"]
     timer = u["mixed-cpus-hook-reconcile.timer"]
     assert values(timer, "Timer", "OnUnitInactiveSec") == ["30s"] and values(timer, "Timer", "AccuracySec") == ["1s"]
     # What the preset enables; the services they trigger are static, the templates never enabled.
@@ -534,3 +536,37 @@ def test_one_containers_reapply_does_not_touch_the_others(fake_node: Callable, r
     assert state_files == ["containers/abc.json", "lock", "pods/pod0f1e2d3c-aaaa-bbbb-cccc-123456789abc.json"]
     cgroup_files = [p for p in count.opened if p.startswith(node.root) and not p.startswith(node.state_dir)]
     assert len(cgroup_files) <= 20, cgroup_files
+
+
+def test_watch_triggered_reapply_queues_a_recheck_and_the_sync_does_it(node: Any, run_hook: Callable,
+                                                                       reporter: Any) -> None:
+    paths = node.add_container("abc", quota=200000, pod_quota=200000)
+    apply(run_hook, node, paths)
+    config = load_config(node.config_path)
+    sd = FakeSystemd()
+    watches.sync(config, reporter.reporter, systemd=sd)
+    node.write(paths["rel"], "cpuset.cpus", "2-3")
+    assert watches.reconcile_container(config, "abc", reporter.reporter, settle=0) == 0
+    assert os.listdir(os.path.join(node.state_dir, records.RECHECK)) == ["abc"]
+    # A write that came after the reapply's last read (its path unit was not watching yet).
+    node.set_quota(paths["rel"], 200000)
+    calls = len(sd.calls)
+    report = watches.sync(config, reporter.reporter, systemd=sd)
+    assert report.rechecked == ("abc",) and report.started == ()
+    assert sd.calls[calls:] == []  # a re-check needs no systemctl
+    assert node.quota(paths["rel"]) == "400000"
+    assert any("seen by the re-check" in m for _p, m in reporter.sink.messages)
+    assert os.listdir(os.path.join(node.state_dir, records.RECHECK)) == []
+    # The re-check itself queues nothing: no loop.
+    assert watches.sync(config, reporter.reporter, systemd=sd) == watches.SyncReport()
+
+
+def test_a_gone_container_queues_no_recheck(node: Any, run_hook: Callable, reporter: Any) -> None:
+    paths = node.add_container("abc", quota=200000, pod_quota=200000)
+    apply(run_hook, node, paths)
+    config = load_config(node.config_path)
+    for d in {os.path.dirname(os.path.realpath(node.path(paths["rel"], n))) for n in ("cpuset.cpus", node.quota_name())}:
+        shutil.rmtree(d)
+    assert watches.reconcile_container(config, "abc", reporter.reporter, settle=0) == 0
+    assert not os.path.exists(os.path.join(node.state_dir, records.RECHECK))
+    assert pending(node) == ["abc"]  # forgotten: the sync stops its watch units
