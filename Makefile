@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv deps demo test test-unit lint bench clean
+.PHONY: venv deps demo test test-unit lint bench bench-reapply clean
 
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,13 @@ test-unit: venv
 test: deps venv lint test-compat
 	$(PY) -m pytest tests -ra $(PYTEST_ARGS)
 
+# Start-up ratios (no root); reapply latency under a real systemd and reconcile scaling (root).
 bench: venv
 	$(PY) benchmarks/run.py
+
+bench-reapply: venv
+	$(PY) benchmarks/reapply_latency.py
+	$(PY) benchmarks/reconcile_scaling.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info hook/*.egg-info

@@ -22,10 +22,11 @@ else:
     from ._compat import NamedTuple
 
 # A pod cgroup: cgroupfs "pod<uid>", systemd "kubepods[-qos]-pod<uid_with_underscores>.slice".
-POD_DIR_RE = re.compile(r"^(?:pod[0-9A-Fa-f_-]+|(?:[A-Za-z0-9_]+-)*pod[0-9A-Fa-f_]+\.slice)$")
-# runc's systemd cgroupsPath "slice:prefix:name"; only needed when the process is gone, so it
-# is compiled on first use (``_systemd_path_re``, or the module attribute SYSTEMD_PATH_RE).
-_SYSTEMD_PATH = r"^([A-Za-z0-9_.@\\:-]*\.slice|):([A-Za-z0-9_.-]+):([A-Za-z0-9_.@+-]+)$"
+# Patterns are strings compiled on first use by re's own cache: a container start that does
+# not need one does not pay for compiling it. \Z, not $: "$" also matches before a newline.
+POD_DIR = r"^(?:pod[0-9A-Fa-f_-]+|(?:[A-Za-z0-9_]+-)*pod[0-9A-Fa-f_]+\.slice)\Z"
+# runc's systemd cgroupsPath "slice:prefix:name".
+SYSTEMD_PATH = r"^([A-Za-z0-9_.@\\:-]*\.slice|):([A-Za-z0-9_.-]+):([A-Za-z0-9_.@+-]+)\Z"
 CRUN_SUBGROUP = "container"
 
 
@@ -50,19 +51,6 @@ class Quota(NamedTuple):
 
     quota: Optional[int]
     period: int
-
-
-def _systemd_path_re() -> "re.Pattern[str]":
-    compiled = globals().get("SYSTEMD_PATH_RE")
-    if compiled is None:
-        compiled = globals()["SYSTEMD_PATH_RE"] = re.compile(_SYSTEMD_PATH)
-    return compiled
-
-
-def __getattr__(name: str) -> "re.Pattern[str]":
-    if name == "SYSTEMD_PATH_RE":
-        return _systemd_path_re()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
@@ -117,7 +105,7 @@ def parse_proc_cgroup(text: str) -> dict:
 
 def compute_systemd_path(cgroups_path: str) -> Optional[str]:
     """Expand runc's systemd form "slice:prefix:name" into a path; None if not that form."""
-    m = _systemd_path_re().match(cgroups_path)
+    m = re.match(SYSTEMD_PATH, cgroups_path)
     if not m:
         return None
     slice_name, prefix, name = m.groups()
@@ -188,7 +176,7 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
 def find_pod(layout: Layout, dirs: Dirs) -> Optional[Dirs]:
     """The pod cgroup is the container's parent when it is named like one kubelet makes."""
     parents = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
-    if not all(POD_DIR_RE.match(os.path.basename(p)) for p in parents):
+    if not all(re.match(POD_DIR, os.path.basename(p)) for p in parents):
         return None
     return parents
 

@@ -13,14 +13,14 @@ import json
 import os
 
 from .errors import RecordError
-from .validate import ID_RE, NAME_RE, is_plain_name
+from .validate import ID_PATTERN, NAME_PATTERN, is_plain_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Any, Dict, List, Optional
 
 SCHEMA_VERSION = 1
-KINDS = {"containers": ID_RE, "pods": NAME_RE}
+KINDS = {"containers": ID_PATTERN, "pods": NAME_PATTERN}
 # ``<state_dir>/pending/<id>``: empty files naming containers whose record appeared or went
 # away; ``<state_dir>/recheck/<id>``: containers a watch-triggered reapply just handled, to be
 # read once more after their watch units watch again. mixed-cpus-hook-sync.path

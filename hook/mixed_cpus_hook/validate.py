@@ -16,17 +16,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Any, Dict, Mapping, Optional, Type
 
+# Patterns are strings compiled on first use by re's own cache: a container start that does
+# not need one does not pay for compiling it. \Z, not $: "$" also matches before a newline.
 # runc's rule for container ids, minus "." and ".." which would name a directory.
-# \Z, not $: "$" also matches before a trailing newline, which would let "abc\n" through.
-ID_RE = re.compile(r"^[A-Za-z0-9_+.-]{1,1024}\Z")
-# NAME_RE and PREFIX_RE are compiled on first use (module ``__getattr__``): a container
-# start that does not need them does not pay for compiling them.
-_LAZY_PATTERNS = {
-    # A file name we derive from a cgroup or pod name: no separators, no dot-only names.
-    "NAME_RE": r"^[A-Za-z0-9_+.:@-]{1,255}\Z",
-    # A DNS subdomain, the part of an annotation key before the "/".
-    "PREFIX_RE": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z",
-}
+ID_PATTERN = r"^[A-Za-z0-9_+.-]{1,1024}\Z"
+# A file name we derive from a cgroup or pod name: no separators, no dot-only names.
+NAME_PATTERN = r"^[A-Za-z0-9_+.:@-]{1,255}\Z"
+# A DNS subdomain, the part of an annotation key before the "/".
+PREFIX_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 # Prefixes CRI-O strips or acts on itself.
 FORBIDDEN_PREFIXES = ("cpu-shared.crio.io",)
 POLICIES = ("fail", "ignore")
@@ -43,23 +40,9 @@ CONFIG_KEYS = (
 )
 
 
-def _pattern(name: str) -> "re.Pattern[str]":
-    """A lazily compiled pattern, kept as a module global once compiled."""
-    compiled = globals().get(name)
-    if compiled is None:
-        compiled = globals()[name] = re.compile(_LAZY_PATTERNS[name])
-    return compiled
-
-
-def __getattr__(name: str) -> "re.Pattern[str]":
-    if name in _LAZY_PATTERNS:
-        return _pattern(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def is_plain_name(value: str, pattern: "re.Pattern[str]" = ID_RE) -> bool:
+def is_plain_name(value: str, pattern: str = ID_PATTERN) -> bool:
     """True for a name that is safe as one path component (not "." or "..")."""
-    return bool(pattern.match(value)) and value not in (".", "..")
+    return bool(re.match(pattern, value)) and value not in (".", "..")
 
 
 def _type_name(value: Any) -> str:
@@ -129,7 +112,7 @@ def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
     for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root"):
         _abs_path(doc, key, where, err)
     prefix = _field(doc, "annotation_prefix", str, where, err)
-    if prefix is not None and (len(prefix) > 253 or not _pattern("PREFIX_RE").match(prefix)):
+    if prefix is not None and (len(prefix) > 253 or not re.match(PREFIX_PATTERN, prefix)):
         raise err(f"setting 'annotation_prefix': {prefix!r} is not a DNS subdomain", where)
     if prefix in FORBIDDEN_PREFIXES:
         raise err(f"setting 'annotation_prefix': {prefix!r} belongs to CRI-O, which strips or acts on it", where)

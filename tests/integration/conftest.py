@@ -31,7 +31,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -39,6 +38,11 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 import pytest
+
+try:
+    from .helpers import hook_executable, read_file, write_file
+except ImportError:  # collected as top-level modules (rootdir-relative)
+    from helpers import hook_executable, read_file, write_file  # type: ignore[no-redef]
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS_D = REPO / "hooks.d"
@@ -56,18 +60,6 @@ _serial = itertools.count(1)
 
 # ---------------------------------------------------------------------------------------
 # prerequisites
-
-
-def hook_executable() -> str:
-    """The console script of the environment running the tests (the venv's, in development)."""
-    candidate = os.path.join(os.path.dirname(sys.executable), "mixed-cpus-hook")
-    if os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("mixed-cpus-hook")
-    if not found:
-        raise RuntimeError("the mixed-cpus-hook console script is not installed next to "
-                           f"{sys.executable} nor on PATH (pip install -e .)")
-    return found
 
 
 def require_real_v1(*tools: str) -> None:
@@ -156,19 +148,6 @@ def _try_rmdir(d: str, left: List[str]) -> None:
         pass
     except OSError as exc:
         left.append(f"{d}: {errno.errorcode.get(exc.errno, exc.errno)} {exc.strerror}")
-
-
-def read_file(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read().strip()
-
-
-def write_file(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode("ascii"))
-    finally:
-        os.close(fd)
 
 
 def cpus_allowed(pid: int) -> str:

@@ -29,6 +29,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
+try:
+    from .helpers import read_file, write_file
+except ImportError:  # collected as top-level modules (rootdir-relative)
+    from helpers import read_file, write_file  # type: ignore[no-redef]
+
 try:  # tests/integration as a package
     from . import systemd_ns
 except ImportError:  # rootdir-relative import (no __init__.py)
@@ -95,19 +100,6 @@ def procs_in_pidns(ns_inode: str) -> List[int]:
             except OSError:
                 pass
     return pids
-
-
-def read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read().strip()
-
-
-def write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode("ascii"))
-    finally:
-        os.close(fd)
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.002) -> float:
@@ -190,7 +182,7 @@ class Container:
         self.pod_watch = self.watches[2] if pod_cpu_dir else None
 
     def values(self) -> Tuple[str, str, Optional[str]]:
-        return (read(self.cpus), read(self.quota), read(self.pod_quota) if self.pod_quota else None)
+        return (read_file(self.cpus), read_file(self.quota), read_file(self.pod_quota) if self.pod_quota else None)
 
 
 class ReapplyNode:
@@ -292,10 +284,10 @@ class ReapplyNode:
                 os.makedirs(cur, exist_ok=True)
                 if hierarchy == "cpuset":
                     for f in ("cpuset.cpus", "cpuset.mems"):
-                        if not read(os.path.join(cur, f)):
-                            write(os.path.join(cur, f), read(os.path.join(parent, f)))
-        write(self.host("cpu", rel + "/cpu.cfs_period_us"), str(PERIOD))
-        write(self.host("cpu", rel + "/cpu.cfs_quota_us"), str(quota))
+                        if not read_file(os.path.join(cur, f)):
+                            write_file(os.path.join(cur, f), read_file(os.path.join(parent, f)))
+        write_file(self.host("cpu", rel + "/cpu.cfs_period_us"), str(PERIOD))
+        write_file(self.host("cpu", rel + "/cpu.cfs_quota_us"), str(quota))
         return rel, uid
 
     def make_pod_systemd(self, quota_percent: int = 200) -> Tuple[str, str]:
@@ -451,9 +443,9 @@ def test_two_rewrites_in_quick_succession_are_both_undone(reapply_node: ReapplyN
     # including inside the window where the first reapply is running.
     for gap in (0.0, 0.005, 0.02, 0.05, 0.08, 0.12, 0.2):
         time.sleep(0.4)
-        write(c.cpus, EXCLUSIVE)
+        write_file(c.cpus, EXCLUSIVE)
         time.sleep(gap)
-        write(c.quota, str(PERIOD))
+        write_file(c.quota, str(PERIOD))
         t_second = time.monotonic()
         wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, f"both writes {gap:g} s apart undone")
         assert time.monotonic() - t_second <= RESTORE_BAR, gap
@@ -476,7 +468,7 @@ def test_kubelet_restart_and_many_rewrites_hit_no_start_limit(reapply_node: Reap
     c = containers[0]
     for i in range(8):
         time.sleep(0.35)
-        write(c.cpus, EXCLUSIVE)
+        write_file(c.cpus, EXCLUSIVE)
         took = wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, f"rewrite {i} undone")
         assert took <= RESTORE_BAR, (i, took)
     time.sleep(0.3)
@@ -500,15 +492,15 @@ def test_a_writer_that_fights_fails_the_watch_and_the_timer_restarts_it(reapply_
     while rn.active(c.watch) != "failed":
         fights += 1
         assert fights <= 20, "the watch never hit its trigger limit"
-        write(c.cpus, EXCLUSIVE)
-        wait_until(lambda: read(c.cpus) == MIXED or rn.active(c.watch) == "failed", RESTORE_TIMEOUT,
+        write_file(c.cpus, EXCLUSIVE)
+        wait_until(lambda: read_file(c.cpus) == MIXED or rn.active(c.watch) == "failed", RESTORE_TIMEOUT,
                    "the fought-over cpuset back, or the watch failed", 0.02)
         time.sleep(0.25)
     result = rn.sd.systemctl("show", "-p", "Result", "--value", c.watch).stdout.strip()
     assert result == "trigger-limit-hit", result
     assert fights == 5, fights  # 4 triggers allowed, the 5th refused
     time.sleep(0.5)
-    assert read(c.cpus) == EXCLUSIVE  # not watched now: only the periodic run fixes it
+    assert read_file(c.cpus) == EXCLUSIVE  # not watched now: only the periodic run fixes it
     rn.sd.run(["rm", "-rf", "/etc/systemd/system/mixed-cpus-hook-watch@.path.d"])
     rn.sd.systemctl("daemon-reload")
     rn.sd.systemctl("start", "mixed-cpus-hook-reconcile.service")  # what the timer runs
@@ -523,7 +515,7 @@ def test_a_writer_that_fights_fails_the_watch_and_the_timer_restarts_it(reapply_
 def test_pod_quota_write_undone(reapply_node: ReapplyNode) -> None:
     rn = reapply_node
     c = started_cgroupfs(rn)
-    write(c.pod_quota, str(2 * PERIOD))  # kubelet's value for the pod
+    write_file(c.pod_quota, str(2 * PERIOD))  # kubelet's value for the pod
     took = wait_until(restored(c, MIXED_VALUES), RESTORE_TIMEOUT, "the pod's quota raised again")
     assert took <= RESTORE_BAR, took
     rec = rn.record(c.id)
@@ -554,7 +546,7 @@ def test_container_killed_without_poststop_is_collected(reapply_node: ReapplyNod
     # What the timer runs every 30 s (started here rather than waited for).
     rn.sd.systemctl("start", "mixed-cpus-hook-reconcile.service")
     assert rn.records() == []
-    assert read(pod_quota) == str(2 * PERIOD)  # its share of the pod's quota given back
+    assert read_file(pod_quota) == str(2 * PERIOD)  # its share of the pod's quota given back
     wait_until(lambda: rn.watch_units() == [], 10, "the watch unit stopped", 0.05)
     assert not os.path.exists(rn.state("watch", c.id))
     assert f"container {c.id}: cgroup gone, forgotten" in rn.journal()

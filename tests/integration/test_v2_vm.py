@@ -32,6 +32,11 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+try:
+    from .helpers import hook_executable
+except ImportError:  # collected as top-level modules (rootdir-relative)
+    from helpers import hook_executable  # type: ignore[no-redef]
+
 try:  # tests/integration as a package
     from . import vm
 except ImportError:  # rootdir-relative import (no __init__.py)
@@ -70,17 +75,6 @@ def cpu_max(quota: int) -> str:
 
 # ---------------------------------------------------------------------------------------
 # preparing and running the VM
-
-
-def hook_executable() -> str:
-    """The console script of the environment running the tests (the venv's, in development)."""
-    candidate = os.path.join(os.path.dirname(sys.executable), "mixed-cpus-hook")
-    if os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("mixed-cpus-hook")
-    if not found:
-        pytest.fail(f"the mixed-cpus-hook console script is not installed next to {sys.executable} nor on PATH")
-    return found
 
 
 def render_hooks(executable: str) -> Dict[str, dict]:
