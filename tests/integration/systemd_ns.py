@@ -68,6 +68,7 @@ import signal
 import subprocess
 import threading
 import time
+import sys
 import tty
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -386,6 +387,18 @@ def _ns_inode(pid: Union[int, str], ns: str) -> str:
 # the harness
 
 
+def _code_binds(inside: Sequence[str]) -> List[Tuple[str, str, str]]:
+    """Read-only binds of the checkout and the environment running the tests, when they sit
+    under a directory that is private inside (a CI clone in /tmp): units and hooks run them."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out: List[Tuple[str, str, str]] = []
+    for path in (repo, os.path.realpath(sys.prefix)):
+        covered = list(inside) + [b[1] for b in out]
+        if _under(path, ("/tmp", "/run", "/var/tmp")) and not _under(path, covered):
+            out.append((path, path, "ro"))
+    return out
+
+
 class SystemdNamespace:
     """A real systemd booted in private namespaces, rooted at child cgroups.
 
@@ -429,6 +442,7 @@ class SystemdNamespace:
             self.binds.append((os.path.abspath(b[0]), b[1], mode))
         if share_workdir:
             self.binds.insert(0, (self.workdir, self.workdir, "rw"))
+        self.binds.extend(_code_binds([b[1] for b in self.binds]))
         self.target = target
         self.extra_masks = list(extra_masks)
         self.boot_timeout = boot_timeout
