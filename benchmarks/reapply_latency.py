@@ -141,15 +141,15 @@ def main(argv=None) -> int:
                 watch.drain()
                 if args.via == "write":
                     t0 = time.perf_counter()
-                    it.write(c.cpus, it.EXCLUSIVE)
+                    it.write_file(c.cpus, it.EXCLUSIVE)
                     watch.drain()  # our own write's event
                 else:
                     runner = threading.Thread(target=rn.rewrite, args=(c,))
                     runner.start()
                     t0 = watch.next_event(10.0)  # runc's write, the first of this cycle
-                    if it.read(c.cpus) == it.MIXED:  # already restored: events coalesced
+                    if it.read_file(c.cpus) == it.MIXED:  # already restored: events coalesced
                         problems.append(f"rewrite {i}: runc's write and the restore came as one event")
-                t1 = watch.wait(lambda: it.read(c.cpus) == it.MIXED, 5.0)
+                t1 = watch.wait(lambda: it.read_file(c.cpus) == it.MIXED, 5.0)
                 if args.via == "runc":
                     runner.join()
                 if i >= args.warmup:
