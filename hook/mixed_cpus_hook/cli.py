@@ -56,7 +56,7 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
     ctx.obj = Ctx(config_path, verbose)
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help='createRuntime hook: run the container on exclusive + shared CPUs.')
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
 @click.pass_obj
@@ -72,7 +72,7 @@ def apply(obj: Ctx, state_path: Optional[str], dry_run: bool) -> None:
     sys.exit(run_hook(args, reporter=obj.reporter))
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help="poststop hook: give back the pod's quota share, forget the container.")
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
 @click.pass_obj
 def release(obj: Ctx, state_path: Optional[str]) -> None:
@@ -82,7 +82,7 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
     sys.exit(run_hook(args, reporter=obj.reporter))
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help='Re-apply what kubelet rewrote (quiet when all is in sync).')
 @click.option("--container", "container_id", metavar="ID", help="Only this container.")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
 @click.option("--settle", type=click.FloatRange(0, 10), default=0.0, metavar="SECONDS",
@@ -132,7 +132,7 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
     sys.exit(1 if failed else EXIT_OK)
 
 
-@cli.group(context_settings=CONTEXT)
+@cli.group(context_settings=CONTEXT, short_help='Per-container watch units (run by the systemd units).')
 def watches() -> None:
     """The per-container watch units (mixed-cpus-hook-watch@ID.path) that trigger reapplies.
 
@@ -167,7 +167,7 @@ def watches_sync(obj: Ctx, full: bool) -> None:
     sys.exit(1 if report.errors else EXIT_OK)
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help='Every tracked container: desired vs actual, in sync or not.')
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects.")
 @click.pass_obj
 def status(obj: Ctx, as_json: bool) -> None:
@@ -210,7 +210,7 @@ def format_status_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help='Node doctor: config, shared CPUs, kubelet, CRI-O, units, cgroups.')
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of findings.")
 @click.option("--kubelet-config", metavar="FILE",
               help="kubelet's KubeletConfiguration. Default: kubelet's --config, else /etc/kubernetes/kubelet.conf "
@@ -256,7 +256,7 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
     sys.exit(1 if worst(findings) == "error" else EXIT_OK)
 
 
-@cli.command(context_settings=CONTEXT)
+@cli.command(context_settings=CONTEXT, short_help='Print an OpenShift MachineConfig for a node role.')
 @click.option("--role", required=True, metavar="ROLE",
               help="The MachineConfigPool role (worker, or a custom pool such as worker-cnf).")
 @click.option("--shared-cpus", required=True, metavar="CPULIST", help="The nodes' shared CPUs, e.g. 2-3.")
