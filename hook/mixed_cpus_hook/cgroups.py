@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 
-from .cpuset import format_cpulist, parse_cpulist
+from .cpuset import parse_cpulist
 from .errors import CgroupError, WriteError
 
 TYPE_CHECKING = False
@@ -292,11 +292,3 @@ def write_text(path: str, text: str) -> None:
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
     finally:
         os.close(fd)
-
-
-def exists(d: str) -> bool:
-    return os.path.isdir(d)
-
-
-def format_cpus(cpus: FrozenSet[int]) -> str:
-    return format_cpulist(cpus)

@@ -31,7 +31,7 @@ class Ctx:
         return load_config(self.config_path)
 
 
-def _fail(ctx: Ctx, exc: HookError, config: Optional[Config] = None) -> None:
+def _fail(ctx: Ctx, exc: HookError) -> None:
     ctx.reporter.error(f"{exc.kind}: {exc}")
     sys.exit(exc.exit_code)
 

@@ -25,7 +25,6 @@ DEFAULT_CONFIG_PATH = "/etc/mixed-cpus-hook/config.yaml"
 CONFIG_ENV = "MIXED_CPUS_HOOK_CONFIG"
 CACHE_DIR_ENV = "MIXED_CPUS_HOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/mixed-cpus-hook/config-cache"
-FORBIDDEN_PREFIXES = ("cpu-shared.crio.io",)
 
 
 class Config(NamedTuple):
@@ -53,11 +52,6 @@ def parse_config(doc: Any, where: str) -> Config:
         values["shared_cpus"] = str(values["shared_cpus"])
     if "allowed_namespaces" in values:
         values["allowed_namespaces"] = tuple(values["allowed_namespaces"])
-    prefix = values.get("annotation_prefix")
-    if prefix in FORBIDDEN_PREFIXES:
-        raise ConfigError(
-            f"setting 'annotation_prefix': {prefix!r} belongs to CRI-O, which strips or acts on it", where
-        )
     return Config(source=where, **values)
 
 

@@ -403,8 +403,12 @@ class Runc:
             json.dump(spec, f, indent=1)
         return bundle
 
+    def argv(self, *args: str) -> List[str]:
+        """The command line for ``runc ARGS`` (a subclass runs it elsewhere, e.g. in namespaces)."""
+        return ["runc", *args]
+
     def cmd(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["runc", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        proc = subprocess.run(self.argv(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=CMD_TIMEOUT)
         if check and proc.returncode != 0:
             raise AssertionError(f"runc {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
@@ -416,7 +420,7 @@ class Runc:
         out = os.path.join(self.node.tmp, f"{cid}.out")
         err = os.path.join(self.node.tmp, f"{cid}.err")
         with open(out, "w") as fo, open(err, "w") as fe:
-            rc = subprocess.run(["runc", "run", "-d", "--bundle", bundle, cid], stdin=subprocess.DEVNULL,
+            rc = subprocess.run(self.argv("run", "-d", "--bundle", bundle, cid), stdin=subprocess.DEVNULL,
                                 stdout=fo, stderr=fe, timeout=CMD_TIMEOUT).returncode
         with open(out) as fo, open(err) as fe:
             return subprocess.CompletedProcess(["runc", "run", cid], rc, fo.read(), fe.read())

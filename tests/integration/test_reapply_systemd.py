@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -142,27 +141,8 @@ def ns_runc_class(base: type) -> type:
                 hook["args"] = args
                 hook["env"] = [e for e in hook.get("env", []) if not e.startswith("MIXED_CPUS_HOOK_")]
 
-        def cmd(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-            argv = ["runc", *self.global_args, *args]
-            proc = subprocess.run(self.sd.command(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=60)
-            proc.args = argv
-            if check and proc.returncode != 0:
-                raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
-            return proc
-
-        def run(self, bundle: str, cid: str) -> subprocess.CompletedProcess:
-            self.ids.append(cid)
-            out = os.path.join(self.node.tmp, f"{cid}.out")
-            with open(out, "w") as fo:
-                rc = subprocess.run(self.sd.command(["runc", *self.global_args, "run", "-d", "--bundle", bundle, cid]),
-                                    stdin=subprocess.DEVNULL, stdout=fo, stderr=subprocess.STDOUT,
-                                    timeout=60).returncode
-            with open(out) as fo:
-                return subprocess.CompletedProcess(["runc", "run", cid], rc, fo.read(), "")
-
-        def listed(self) -> List[str]:
-            return self.cmd("list", "-q").stdout.split()
+        def argv(self, *args: str) -> List[str]:
+            return self.sd.command(["runc", *self.global_args, *args])
 
     return NsRunc
 

@@ -74,14 +74,19 @@ RUNC = {"ociVersion": "1.0.2-dev", "id": "0123abcd", "status": "creating", "pid"
         "annotations": {"io.kubernetes.container.name": "app", "mixed-cpus.openshift.io/app": "enable"}}
 
 
-def st(**changes: Any) -> Dict[str, Any]:
-    doc = copy.deepcopy(RUNC)
+def rec(base: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
+    """A copy of ``base`` with fields replaced, or removed where the value is DROP."""
+    doc = copy.deepcopy(base)
     for key, value in changes.items():
         if value is DROP:
             doc.pop(key)
         else:
             doc[key] = value
     return doc
+
+
+def st(**changes: Any) -> Dict[str, Any]:
+    return rec(RUNC, **changes)
 
 
 DROP = object()
@@ -225,16 +230,6 @@ CONTAINER = {
 }
 POD = {"schema": 1, "key": "kubepods-pod0f1e_aaaa.slice", "cgroup": {"cpuset": f"{CG}/{POD_DIR}", "cpu": f"{CG}/{POD_DIR}"},
        "quota": {"base": 200000, "applied": 400000, "period": 100000}, "members": ["0123abcd"]}
-
-
-def rec(base: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
-    doc = copy.deepcopy(base)
-    for key, value in changes.items():
-        if value is DROP:
-            doc.pop(key)
-        else:
-            doc[key] = value
-    return doc
 
 
 RECORDS = [
