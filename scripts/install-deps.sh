@@ -16,3 +16,4 @@ if [ -n "$missing" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
+sh "$(dirname "$0")/fetch-containerd.sh"
