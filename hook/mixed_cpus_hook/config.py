@@ -39,6 +39,7 @@ class Config(NamedTuple):
     allowed_namespaces: Tuple[str, ...] = ("*",)
     proc_root: str = "/proc"
     sys_root: str = "/sys"
+    kubelet_state_file: str = "/var/lib/kubelet/cpu_manager_state"
     source: str = "(defaults)"
 
 

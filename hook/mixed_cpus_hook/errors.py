@@ -85,3 +85,9 @@ class RecordError(HookError):
     """A record in the state directory is unreadable or invalid."""
 
     kind = "record error"
+
+
+class KubeletStateError(HookError):
+    """kubelet's CPU manager checkpoint is unreadable or not of kubelet's shape."""
+
+    kind = "invalid kubelet state"
