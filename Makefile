@@ -177,7 +177,7 @@ rpm: tarball
 
 # Unit tests on Python 3.9 with the oldest dependency versions we support: those of RHEL 9.
 COMPAT_VENV ?= .venv-py39
-COMPAT_PINS := click==7.1.2 jsonschema==3.2.0 PyYAML==5.4.1 psutil==5.8.0
+COMPAT_PINS := click==7.1.2 jsonschema==3.2.0 PyYAML==5.4.1 psutil==5.8.0 protobuf==3.14.0
 $(COMPAT_VENV)/.stamp: setup.cfg pyproject.toml
 	@test -n "$(PY39)" || { echo "test-compat: no python3.9 found; set PY39=/path/to/python3.9" >&2; exit 1; }
 	rm -rf $(COMPAT_VENV)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -301,8 +302,46 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
         _fail(obj, exc)
     click.echo(render(mc, output), nl=False)
 
+@cli.command(context_settings=CONTEXT, short_help="NRI plugin for containerd and CRI-O (runs in the foreground).")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="The runtime's NRI socket. Default: the pre-connected socket in $NRI_PLUGIN_SOCKET when the "
+                   "runtime launched the plugin, else /var/run/nri/nri.sock.")
+@click.option("--name", metavar="NAME",
+              help="Plugin name. Default: $NRI_PLUGIN_NAME, else from an NN-name executable, else mixed-cpus-hook.")
+@click.option("--index", metavar="NN",
+              help="Plugin index (two digits; plugins are called in ascending order). Default: $NRI_PLUGIN_IDX, "
+                   "else from an NN-name executable, else 10.")
+@click.option("--reconcile-interval", type=click.FloatRange(0, 86400), default=10.0, show_default=True,
+              metavar="SECONDS", help="Re-apply every tracked container this often (kubelet rewrites pod quotas "
+                                      "directly); 0: never.")
+@click.pass_obj
+def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
+        reconcile_interval: float) -> None:
+    """Run the NRI plugin: mixed CPUs at CreateContainer, kubelet's updates rewritten in flight.
+
+    Registers with the runtime, answers CreateContainer (cpuset exclusive + shared, quota,
+    OPENSHIFT_ISOLATED_CPUS / OPENSHIFT_SHARED_CPUS), UpdateContainer (kubelet's rewrite keeps
+    the mixed set and the raised quota), Stop/RemoveContainer (the pod's share given back) and
+    Synchronize (containers created before it connected). Reconnects with backoff when the
+    runtime goes away. Stops on SIGTERM or SIGINT.
+    """
+    from .nri.plugin import main as run_plugin
+
+    reporter = obj.reporter
+    if os.environ.get("JOURNAL_STREAM"):  # under systemd stderr is the journal: log there once
+        reporter = Reporter(sink=None, verbose=True)
+    try:
+        code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
+                          argv0=sys.argv[0] if sys.argv else "")
+    except HookError as exc:
+        _fail(obj, exc)
+    sys.exit(code)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run click without letting it call sys.exit, so callers get the exit code."""
+    if not argv and os.environ.get("NRI_PLUGIN_SOCKET"):
+        argv = ["nri"]  # started by the runtime as a pre-installed plugin (/opt/nri/plugins/NN-name)
     try:
         cli.main(args=argv, prog_name="mixed-cpus-hook", standalone_mode=True)
     except SystemExit as exc:

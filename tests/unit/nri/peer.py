@@ -1,0 +1,132 @@
+"""An in-test NRI runtime: the runtime's end of the plugin's socket, driven by the test.
+
+It plays the part of containerd/nri's adaptation (pkg/adaptation/plugin.go): it serves the
+Runtime service on mux connection 2 (RegisterPlugin), and calls the Plugin service on
+connection 1. It can also send raw bytes, which a real runtime never would: the error paths.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Callable, List, Optional, Tuple
+
+from mixed_cpus_hook.nri import api, mux, ttrpc
+from mixed_cpus_hook.nri.plugin import Identity, Plugin
+
+
+class Answer:
+    """A response to one call: ``payload`` (bytes) or ``code``/``message`` of an error status."""
+
+    def __init__(self, payload: Optional[bytes], code: int, message: str) -> None:
+        self.payload, self.code, self.message = payload, code, message
+
+    def decode(self, cls: Any) -> Any:
+        assert self.code == ttrpc.OK, f"error {self.code}: {self.message}"
+        return cls.FromString(self.payload)
+
+
+class RuntimePeer:
+    def __init__(self, sock: socket.socket, register_error: Optional[str] = None) -> None:
+        self.sock = sock
+        self.sock.settimeout(10)
+        self.demux = mux.Demux()
+        self.readers = {1: ttrpc.FrameReader(), 2: ttrpc.FrameReader()}
+        self.next_sid = 1
+        self.registered: List[Any] = []
+        self.register_error = register_error
+        self.frames: List[Tuple[int, ttrpc.Frame]] = []
+        self.closed = False
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, conn_id: int, data: bytes, chunk: int = mux.CHUNK) -> None:
+        self.sock.sendall(mux.format_frames(conn_id, data, chunk))
+
+    def _pump(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            self.closed = True
+            raise EOFError("the plugin closed the connection")
+        for conn_id, payload in self.demux.feed(data):
+            assert len(payload) <= mux.CHUNK, f"mux frame of {len(payload)} bytes: Go's reader would fail it"
+            for frame in self.readers[conn_id].feed(payload):
+                if conn_id == mux.RUNTIME_SERVICE_CONN:
+                    self._serve_runtime(frame)
+                else:
+                    self.frames.append((conn_id, frame))
+
+    def _serve_runtime(self, frame: ttrpc.Frame) -> None:
+        call = ttrpc.parse_request(frame)
+        assert (call.service, call.method) == (api.RUNTIME_SERVICE, "RegisterPlugin"), call
+        self.registered.append(api.RegisterPluginRequest.FromString(call.payload))
+        if self.register_error:
+            out = ttrpc.format_response(frame.stream_id, code=ttrpc.INVALID_ARGUMENT, message=self.register_error)
+        else:
+            out = ttrpc.format_response(frame.stream_id, api.Empty().SerializeToString())
+        self.send(mux.RUNTIME_SERVICE_CONN, out)
+
+    def wait_registered(self) -> Any:
+        while not self.registered:
+            self._pump()
+        return self.registered[-1]
+
+    def read_frame(self) -> ttrpc.Frame:
+        while not self.frames:
+            self._pump()
+        return self.frames.pop(0)[1]
+
+    def answer(self, sid: int) -> Answer:
+        frame = self.read_frame()
+        assert frame.stream_id == sid and frame.type == ttrpc.TYPE_RESPONSE, frame
+        resp = ttrpc.ResponseMessage.FromString(frame.data)
+        return Answer(resp.payload if resp.status.code == 0 else None, resp.status.code, resp.status.message)
+
+    def call_raw(self, method: str, payload: bytes, chunk: int = mux.CHUNK, sid: Optional[int] = None) -> Answer:
+        sid = self.next_sid if sid is None else sid
+        self.next_sid = max(self.next_sid, sid) + 2
+        self.send(mux.PLUGIN_SERVICE_CONN, ttrpc.format_request(sid, api.PLUGIN_SERVICE, method, payload), chunk)
+        return self.answer(sid)
+
+    def call(self, method: str, msg: Any, reply_cls: Any = None, chunk: int = mux.CHUNK) -> Any:
+        answer = self.call_raw(method, msg.SerializeToString(), chunk)
+        return answer if reply_cls is None else answer.decode(reply_cls)
+
+    def handshake(self) -> Any:
+        """Register (answered), Configure, and an empty Synchronize, as a runtime does."""
+        self.wait_registered()
+        cfg = self.call("Configure", api.ConfigureRequest(runtime_name="peer", runtime_version="0",
+                                                          request_timeout=2000), api.ConfigureResponse)
+        self.call("Synchronize", api.SynchronizeRequest(), api.SynchronizeResponse)
+        return cfg
+
+
+DEFAULT_IDENTITY = Identity("mixed-cpus-hook", "10")
+
+
+class Running:
+    """A plugin serving one end of a socketpair in a thread; the test holds the peer."""
+
+    def __init__(self, handlers: Any, reporter: Any, register_error: Optional[str] = None,
+                 reconcile_interval: float = 0, registration_timeout: float = 5.0,
+                 identity: Identity = DEFAULT_IDENTITY) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.plugin = Plugin(handlers, identity, reporter, reconcile_interval=reconcile_interval,
+                             registration_timeout=registration_timeout)
+        self.peer = RuntimePeer(theirs, register_error)
+        self.code: Optional[int] = None
+        connect: Callable[[], socket.socket] = iter([ours]).__next__
+        self.thread = threading.Thread(target=self._run, args=(connect,), daemon=True)
+        self.thread.start()
+
+    def _run(self, connect: Callable[[], socket.socket]) -> None:
+        self.code = self.plugin.run(connect, reconnect=False)
+
+    def finish(self, timeout: float = 10) -> Optional[int]:
+        self.plugin.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the plugin did not stop"
+        self.peer.sock.close()
+        self.plugin.close()
+        return self.code
