@@ -29,6 +29,9 @@ DEFAULT_KUBELET_CONFIGS = ("/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/con
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 DEFAULT_CRIO_CONFIG = "/etc/crio/crio.conf"
 DEFAULT_CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
+DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"  # containerd/nri pkg/api: the runtime's socket for plugins
+NRI_UNIT = "mixed-cpus-hook-nri.service"
 DEFAULT_HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d",)
 DEFAULT_CRIO_CGROUP_MANAGER = "systemd"
 DEFAULT_KUBELET_CGROUP_DRIVER = "cgroupfs"  # KubeletConfiguration's default
@@ -62,6 +65,8 @@ class Paths(NamedTuple):
     skip_units: bool = False
     detect: bool = True  # read kubelet's and CRI-O's command lines (psutil) for paths not given
     systemd_run_dir: str = SYSTEMD_RUN_DIR
+    containerd_config: str = DEFAULT_CONTAINERD_CONFIG
+    nri_socket: str = DEFAULT_NRI_SOCKET
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,167 +120,48 @@ def _error_text(exc: BaseException) -> str:
     return str(exc)
 
 
-# A deliberately small TOML reader: CRI-O's files need only tables, strings, arrays of strings,
-# booleans and numbers, and Python 3.9 (RHEL 9) has no tomllib. Other values are skipped.
-
 class TomlError(ValueError):
     pass
 
 
-class _Toml:
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
-
-    def line(self) -> int:
-        return self.s.count("\n", 0, self.i) + 1
-
-    def fail(self, what: str) -> TomlError:
-        return TomlError(f"line {self.line()}: {what}")
-
-    def peek(self, n: int = 1) -> str:
-        return self.s[self.i:self.i + n]
-
-    def skip_space(self, newlines: bool) -> None:
-        while self.i < len(self.s):
-            c = self.s[self.i]
-            if c in " \t\r" or (newlines and c == "\n"):
-                self.i += 1
-            elif c == "#":
-                while self.i < len(self.s) and self.s[self.i] != "\n":
-                    self.i += 1
-            else:
-                break
-
-    def parse(self) -> Dict[str, Dict[str, Any]]:
-        tables: Dict[str, Dict[str, Any]] = {"": {}}
-        current = ""
-        while True:
-            self.skip_space(newlines=True)
-            if self.i >= len(self.s):
-                return tables
-            if self.peek() == "[":
-                double = self.peek(2) == "[["
-                self.i += 2 if double else 1
-                current = ".".join(self.key())
-                self.skip_space(newlines=False)
-                if self.peek(2 if double else 1) != ("]]" if double else "]"):
-                    raise self.fail("table header not closed")
-                self.i += 2 if double else 1
-                tables.setdefault(current, {})
-            else:
-                parts = self.key()
-                self.skip_space(newlines=False)
-                if self.peek() != "=":
-                    raise self.fail("expected '=' after a key")
-                self.i += 1
-                self.skip_space(newlines=False)
-                value = self.value()
-                table = ".".join([current] + parts[:-1]) if current else ".".join(parts[:-1])
-                tables.setdefault(table, {})[parts[-1]] = value
-            self.skip_space(newlines=False)
-            if self.i < len(self.s) and self.s[self.i] != "\n":
-                raise self.fail("unexpected text after a value")
-
-    def key(self) -> List[str]:
-        parts = []
-        while True:
-            self.skip_space(newlines=False)
-            c = self.peek()
-            if c in ("'", '"'):
-                parts.append(self.string())
-            else:
-                m = re.compile(r"[A-Za-z0-9_-]+").match(self.s, self.i)
-                if not m:
-                    raise self.fail("expected a key")
-                parts.append(m.group(0))
-                self.i = m.end()
-            self.skip_space(newlines=False)
-            if self.peek() != ".":
-                return parts
-            self.i += 1
-
-    def string(self) -> str:
-        for quote in ('"""', "'''"):
-            if self.peek(3) == quote:
-                end = self.s.find(quote, self.i + 3)
-                if end < 0:
-                    raise self.fail("multi-line string not closed")
-                body = self.s[self.i + 3:end]
-                self.i = end + 3
-                body = body[1:] if body.startswith("\n") else body
-                return _unescape(body) if quote == '"""' else body
-        quote = self.peek()
-        self.i += 1
-        out = []
-        while True:
-            if self.i >= len(self.s) or self.s[self.i] == "\n":
-                raise self.fail("string not closed")
-            c = self.s[self.i]
-            if c == quote:
-                self.i += 1
-                text = "".join(out)
-                return _unescape(text) if quote == '"' else text
-            if c == "\\" and quote == '"':
-                out.append(self.s[self.i:self.i + 2])
-                self.i += 2
-                continue
-            out.append(c)
-            self.i += 1
-
-    def value(self) -> Any:
-        c = self.peek()
-        if c in ("'", '"'):
-            return self.string()
-        if c == "[":
-            self.i += 1
-            items = []
-            while True:
-                self.skip_space(newlines=True)
-                if self.peek() == "]":
-                    self.i += 1
-                    return items
-                items.append(self.value())
-                self.skip_space(newlines=True)
-                if self.peek() == ",":
-                    self.i += 1
-                elif self.peek() != "]":
-                    raise self.fail("expected ',' or ']' in an array")
-        if c == "{":
-            depth = 0
-            while self.i < len(self.s):
-                ch = self.s[self.i]
-                if ch in ("'", '"'):
-                    self.string()
-                    continue
-                self.i += 1
-                depth += {"{": 1, "}": -1}.get(ch, 0)
-                if depth == 0:
-                    return None
-            raise self.fail("inline table not closed")
-        m = re.compile(r"[^\s,\]#}]+").match(self.s, self.i)
-        if not m:
-            raise self.fail("expected a value")
-        self.i = m.end()
-        word = m.group(0)
-        if word in ("true", "false"):
-            return word == "true"
-        try:
-            return int(word.replace("_", ""), 0)
-        except ValueError:
-            return word
-
-
-def _unescape(text: str) -> str:
+def _toml_module() -> Any:
+    """The TOML reader: tomllib (Python 3.11+), else tomli (RHEL 9: python3-tomli), else toml
+    (RHEL 9: python3-toml 0.10.2). Each raises a ValueError subclass for bad input."""
     try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError:
-        return text
+        import tomllib as mod  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            import tomli as mod  # type: ignore[no-redef]
+        except ImportError:
+            import toml as mod  # type: ignore[no-redef]
+    return mod
 
 
-def parse_toml_subset(text: str) -> Dict[str, Dict[str, Any]]:
-    """{table name: {key: value}} for the TOML CRI-O writes; raises TomlError."""
-    return _Toml(text).parse()
+def parse_toml(text: str) -> Dict[str, Any]:
+    """A TOML document as nested dicts; raises TomlError("line N: what")."""
+    try:
+        mod = _toml_module()
+    except ImportError:
+        raise TomlError("no TOML parser (install python3-tomli, or use Python 3.11+)") from None
+    try:
+        return mod.loads(text)
+    except ValueError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # tomllib/tomli: "... (at line 3, column 7)"; toml: "... (line 3 column 7 char 20)"
+        m = re.search(r"\s*\((?:at )?line (\d+),? column (\d+)[^)]*\)\s*$", msg)
+        if m:
+            msg = f"line {m.group(1)}, column {m.group(2)}: {msg[:m.start()]}"
+        raise TomlError(msg) from None
+
+
+def toml_get(doc: Dict[str, Any], dotted: str) -> Any:
+    """``doc["crio"]["runtime"]["hooks_dir"]`` for ``"crio.runtime.hooks_dir"``; None when absent."""
+    cur: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
 
 
 def _yaml_load(text: str) -> Any:
@@ -386,24 +272,40 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
                 or DEFAULT_CRIO_CONFIG_DIR)
     facts: Dict[str, Any] = {"running": argv is not None, "files": [], "errors": [],
                              "hooks_dir": list(DEFAULT_HOOKS_DIRS), "hooks_dir_source": "CRI-O's default",
-                             "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default"}
+                             "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default",
+                             "shared_cpuset": "", "shared_cpuset_source": "CRI-O's default",
+                             "nri": None, "nri_source": "CRI-O's default"}
     for path in [main] + sorted(glob.glob(os.path.join(glob.escape(conf_dir), "*.conf"))):
         try:
-            tables = parse_toml_subset(_read_text(path))
+            doc = parse_toml(_read_text(path))
         except FileNotFoundError:
             continue
         except (OSError, UnicodeDecodeError, TomlError) as exc:
             facts["errors"].append(f"{path}: {_error_text(exc)}")
             continue
         facts["files"].append(path)
-        runtime = tables.get("crio.runtime", {})
+        runtime = toml_get(doc, "crio.runtime") or {}
         hooks = runtime.get("hooks_dir")
         if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
             facts.update(hooks_dir=hooks, hooks_dir_source=path)
         manager = runtime.get("cgroup_manager")
         if isinstance(manager, str):
             facts.update(cgroup_manager=manager, cgroup_manager_source=path)
+        shared = runtime.get("shared_cpuset")
+        if isinstance(shared, str):
+            facts.update(shared_cpuset=shared, shared_cpuset_source=path)
+        nri = toml_get(doc, "crio.nri.enable_nri")
+        if isinstance(nri, bool):
+            facts.update(nri=nri, nri_source=path)
     if argv:
+        shared = _last(flag_values(argv, "--shared-cpuset"))
+        if shared is not None:
+            facts.update(shared_cpuset=shared, shared_cpuset_source="crio's command line")
+        nri = _last(flag_values(argv, "--enable-nri"))
+        if nri is not None:
+            facts.update(nri=nri.lower() in ("true", "1", ""), nri_source="crio's command line")
+        elif "--enable-nri" in argv:
+            facts.update(nri=True, nri_source="crio's command line")
         flagged = flag_values(argv, "--hooks-dir")
         if flagged:
             facts.update(hooks_dir=flagged, hooks_dir_source="crio's command line")
@@ -495,6 +397,26 @@ def read_cgroup_facts(config: Config) -> Dict[str, Any]:
         return {"version": None, "root": config.cgroup_root, "error": str(exc)}
 
 
+def read_mode_facts(paths: Paths) -> Dict[str, Any]:
+    """What says NRI mode: containerd's NRI setting, the runtime's NRI socket, the plugin's unit."""
+    facts: Dict[str, Any] = {"containerd_config": paths.containerd_config, "containerd_nri": None,
+                             "containerd_error": None, "nri_socket": paths.nri_socket,
+                             "nri_socket_exists": os.path.exists(paths.nri_socket), "nri_unit": NRI_UNIT}
+    try:
+        doc = parse_toml(_read_text(paths.containerd_config))
+        nri = doc.get("plugins", {}).get("io.containerd.nri.v1.nri") if isinstance(doc.get("plugins"), dict) else None
+        if isinstance(nri, dict) and isinstance(nri.get("disable"), bool):
+            facts["containerd_nri"] = not nri["disable"]
+    except FileNotFoundError:
+        facts["containerd_config"] = None
+    except (OSError, UnicodeDecodeError, TomlError) as exc:
+        facts["containerd_error"] = f"{paths.containerd_config}: {_error_text(exc)}"
+    units = read_unit_facts(paths, [NRI_UNIT])
+    facts["nri_unit_skipped"] = units["skipped"]
+    facts["nri_unit_state"] = units["units"].get(NRI_UNIT, {})
+    return facts
+
+
 def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Everything the doctor judges, as JSON-able data. Never raises for a broken node."""
     paths = paths if paths is not None else Paths()
@@ -511,6 +433,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "hooks": read_hook_files(crio["hooks_dir"]),
         "units": unit_facts,
         "cgroup": read_cgroup_facts(config),
+        "mode": read_mode_facts(paths),
     }
 
 
@@ -686,6 +609,9 @@ def _hooks_findings(facts: Dict[str, Any]) -> List[Finding]:
         check = f"hook-{kind}"
         matching = [h for h in facts["hooks"] if not h["error"] and stage in h["stages"] and kind in h["args"]]
         broken = [h for h in facts["hooks"] if h["error"]]
+        if not matching and compute_mode(facts) == "nri":
+            out.append(Finding(check, OK, f"no hooks.d file in {dirs}: not needed in NRI mode"))
+            continue
         if not matching:
             msg = f"no hooks.d file in CRI-O's hooks_dir ({dirs}) runs `{HOOK_NAME} {kind}` at {stage}"
             if broken:
@@ -801,6 +727,82 @@ def _cgroup_findings(facts: Dict[str, Any]) -> List[Finding]:
     return [Finding("cgroup", OK, seen)]
 
 
+def _hook_mode_files(facts: Dict[str, Any]) -> List[str]:
+    return [h["file"] for h in facts.get("hooks", []) if not h["error"] and h.get("path_ok")
+            and "createRuntime" in h["stages"] and "apply" in h["args"]]
+
+
+def compute_mode(facts: Dict[str, Any]) -> str:
+    """Which front end acts on this node: "hook", "nri", "both" or "none".
+
+    Hook mode: a hooks.d file in CRI-O's hooks_dir runs ``apply`` at createRuntime. NRI mode:
+    the plugin's unit (mixed-cpus-hook-nri.service) is active.
+    """
+    hook = bool(_hook_mode_files(facts))
+    mode = facts.get("mode") or {}
+    nri = (mode.get("nri_unit_state") or {}).get("ActiveState") in ("active", "activating", "reloading")
+    return {(True, True): "both", (True, False): "hook", (False, True): "nri"}.get((hook, nri), "none")
+
+
+def _runtime_nri(facts: Dict[str, Any]) -> Tuple[Optional[bool], str]:
+    """Whether the runtime serves NRI plugins (None: cannot tell) and what says so."""
+    crio, mode = facts["crio"], facts.get("mode") or {}
+    if mode.get("nri_socket_exists"):
+        return True, f"the runtime's NRI socket {mode['nri_socket']} exists"
+    if crio.get("nri") is not None:
+        return crio["nri"], f"CRI-O enable_nri = {str(crio['nri']).lower()} (from {crio['nri_source']})"
+    if mode.get("containerd_nri") is not None:
+        return mode["containerd_nri"], (f"containerd's io.containerd.nri.v1.nri disable = "
+                                        f"{str(not mode['containerd_nri']).lower()} (from {mode['containerd_config']})")
+    return None, f"no NRI socket at {mode.get('nri_socket', DEFAULT_NRI_SOCKET)} and no NRI setting found"
+
+
+ENABLE_NRI_FIX = ("enable NRI in the runtime and restart it: CRI-O `[crio.nri] enable_nri = true` (on by default "
+                  "since 1.30), containerd 1.7 `[plugins.\"io.containerd.nri.v1.nri\"] disable = false` (on by "
+                  "default since 2.0)")
+
+
+def _mode_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[Finding]:
+    """Which mode acts here (hook / NRI / both), and CRI-O's own shared CPUs acting as well."""
+    out: List[Finding] = []
+    mode = compute_mode(facts)
+    files = ", ".join(_hook_mode_files(facts))
+    runtime_nri, nri_why = _runtime_nri(facts)
+    if mode == "hook":
+        out.append(Finding("mode", OK, f"hook mode: {files} runs `{HOOK_NAME} apply` at createRuntime"))
+    elif mode == "nri":
+        if runtime_nri is False or (runtime_nri is None and facts["mode"].get("containerd_config") is None
+                                    and facts["crio"].get("nri") is None):
+            out.append(Finding("mode", ERROR, f"NRI mode: {NRI_UNIT} is active, but {nri_why}: no runtime calls it",
+                               ENABLE_NRI_FIX))
+        else:
+            out.append(Finding("mode", OK, f"NRI mode: {NRI_UNIT} is active; {nri_why}"))
+    elif mode == "both":
+        out.append(Finding("mode", WARNING, f"both modes are set up: {files} (hook mode) and {NRI_UNIT} (NRI mode); "
+                           "each asking container is handled twice",
+                           f"use one: remove the hooks.d files, or `systemctl disable --now {NRI_UNIT}`"))
+    else:
+        out.append(Finding("mode", WARNING, f"neither mode is set up: no hooks.d file runs `{HOOK_NAME} apply` and "
+                           f"{NRI_UNIT} is not active", "install the hooks.d files (hook mode, CRI-O or podman) or "
+                           f"`systemctl enable --now {NRI_UNIT}` (NRI mode, containerd or CRI-O)"))
+    crio = facts["crio"]
+    theirs = _cpus(crio.get("shared_cpuset")) if crio.get("shared_cpuset") else None
+    if crio.get("shared_cpuset"):
+        differs = (f"; they differ from this product's shared CPUs {format_cpulist(shared)}"
+                   if shared is not None and theirs is not None and theirs != shared else "")
+        out.append(Finding("crio-shared-cpuset", WARNING,
+                           f"CRI-O's own shared CPUs are set: shared_cpuset = {crio['shared_cpuset']!r} (from "
+                           f"{crio['shared_cpuset_source']}){differs}: a pod with a cpu-shared.crio.io annotation under "
+                           "the high-performance runtime class is widened and its quota raised by CRI-O, and by this "
+                           "product too when it also asks with the mixed-cpus annotation: both would act",
+                           "use one per node: remove shared_cpuset from CRI-O's configuration (on OpenShift drop "
+                           "cpu.shared and workloadHints.mixedCpus from the PerformanceProfile), or do not run this "
+                           "product on these nodes (docs/openshift.md, \"This product or OpenShift's own mixed CPUs?\")"))
+    else:
+        out.append(Finding("crio-shared-cpuset", OK, "CRI-O's shared_cpuset is not set"))
+    return out
+
+
 def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     """Judge the facts: a list of findings in a fixed order (config, CPUs, kubelet, CRI-O, units, cgroup)."""
     out = _config_findings(facts)
@@ -808,6 +810,7 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += cpu
     out += _kubelet_findings(facts, shared)
     out += _hooks_findings(facts)
+    out += _mode_findings(facts, shared)
     out += _unit_findings(facts)
     out += _cgroup_findings(facts)
     return out

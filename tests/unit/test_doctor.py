@@ -8,6 +8,8 @@ with its status, message and fix.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import stat
@@ -26,7 +28,7 @@ from mixed_cpus_hook.doctor import (
     compute_findings,
     flag_values,
     format_table,
-    parse_toml_subset,
+    parse_toml,
     read_facts,
     when_problem,
     worst,
@@ -132,7 +134,8 @@ class DoctorNode:
         base = Paths(config=self.node.config_path, kubelet_config=str(self.kubelet_config),
                      kubelet_state=str(self.kubelet_state), crio_config=str(self.crio_config),
                      crio_config_dir=str(self.crio_dir), preset=str(self.preset), systemctl=str(self.systemctl),
-                     detect=False)
+                     detect=False, containerd_config=str(self.root / "etc/containerd/config.toml"),
+                     nri_socket=str(self.root / "run/nri/nri.sock"))
         return base._replace(**changes)
 
     def argv(self, **changes: Any) -> List[str]:
@@ -170,7 +173,7 @@ def test_healthy_node(dnode: DoctorNode) -> None:
     assert [f for f in findings if f.status != OK] == []
     checks = [f.check for f in findings]
     assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
-                       "cpu-manager-state", "crio-config", "hook-apply", "hook-release"]
+                       "cpu-manager-state", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
                       + [f"unit:{u}" for u in UNITS] + ["cgroup"])
     assert all(f.fix == "" for f in findings)
     assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")
@@ -243,6 +246,16 @@ def _no_when(dn: DoctorNode) -> None:
 
 def _crio_syntax(dn: DoctorNode) -> None:
     (dn.crio_dir / "20-bad.conf").write_text("[crio.runtime\nhooks_dir = 1\n")
+
+
+def _crio_shared_cpuset(dn: DoctorNode) -> None:
+    (dn.crio_dir / "05-shared.conf").write_text('[crio.runtime]\nshared_cpuset = "0-1"\n')
+
+
+def _nri_without_runtime(dn: DoctorNode) -> None:
+    dn.set_unit(doctor.NRI_UNIT)
+    for p in dn.hooks_dir.iterdir():
+        p.unlink()
 
 
 def _driver_mismatch(dn: DoctorNode) -> None:
@@ -323,6 +336,11 @@ CASES = [
     ("driver-mismatch", _driver_mismatch, "cgroup", ERROR, "CRI-O systemd (from", "same value (systemd)"),
     ("driver-default", _driver_default, "cgroup", ERROR, "kubelet cgroupfs: they differ", "same value"),
     ("no-cgroup", _no_cgroup, "cgroup", ERROR, "no cgroup v1 cpuset hierarchy and no cgroup v2", "cgroup_root"),
+    ("crio-shared-cpuset", _crio_shared_cpuset, "crio-shared-cpuset", WARNING,
+     "shared_cpuset = '0-1' (from", "remove shared_cpuset"),
+    ("mode-both", lambda dn: dn.set_unit(doctor.NRI_UNIT), "mode", WARNING, "both modes are set up",
+     f"systemctl disable --now {doctor.NRI_UNIT}"),
+    ("mode-nri-no-runtime", _nri_without_runtime, "mode", ERROR, "no runtime calls it", "enable_nri = true"),
 ]
 
 
@@ -457,9 +475,20 @@ def test_flag_values() -> None:
     assert flag_values(["crio"], "--config") == []
 
 
-# -- the small TOML reader --------------------------------------------------------------------------
+# -- TOML: the real parser (tomllib on 3.11+, tomli on RHEL 9's 3.9) ---------------------------------
 
-def test_toml_subset() -> None:
+TOML_PARSERS = [name for name in ("tomllib", "tomli", "toml") if importlib.util.find_spec(name)]
+
+
+@pytest.fixture(params=TOML_PARSERS)
+def toml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """parse_toml with each parser installed here (the doctor takes the first it finds)."""
+    mod = importlib.import_module(request.param)
+    monkeypatch.setattr(doctor, "_toml_module", lambda: mod)
+    return request.param
+
+
+def test_toml(toml_parser: str) -> None:
     text = "\n".join([
         "# comment",
         "top = 1",
@@ -471,38 +500,26 @@ def test_toml_subset() -> None:
         "]",
         "[ crio.runtime ]",
         'hooks_dir = ["/a", "/b",]',
-        'cgroup_manager = "systemd"',
-        "conmon_env = [ ]",
+        'shared_cpuset = "0-1,50"',
         "pids_limit = 0x10",
         "read_only = false",
-        "selinux = true",
-        "log_size_max = -1",
-        "weird = 1979-05-27T07:32:00Z",
         'inline = { a = "}", b = [1, 2] }',
-        '"quoted key" = "x\\ty\\"z"',
-        'multi = """',
-        "line 1",
-        'line 2"""',
-        "lit = \'\'\'raw \\n\'\'\'",
         'dotted.key = "v"',
         "[crio.runtime.runtimes.runc]",
         'runtime_path = ""',
-        "[[crio.list]]",
-        "x = 1",
+        "[crio.nri]",
+        "enable_nri = true",
         "",
     ])
-    t = parse_toml_subset(text)
-    assert t[""] == {"top": 1}
+    t = parse_toml(text)
+    assert t["top"] == 1
     assert t["crio"]["storage_option"] == ["overlay.mountopt=nodev", "literal\\no-escape"]
-    rt = t["crio.runtime"]
-    assert rt["hooks_dir"] == ["/a", "/b"] and rt["cgroup_manager"] == "systemd"
-    assert rt["conmon_env"] == [] and rt["pids_limit"] == 16 and rt["read_only"] is False and rt["selinux"] is True
-    assert rt["log_size_max"] == -1 and rt["inline"] is None and rt["quoted key"] == "x\ty\"z"
-    assert rt["weird"] == "1979-05-27T07:32:00Z"
-    assert rt["multi"] == "line 1\nline 2" and rt["lit"] == "raw \\n"
-    assert t["crio.runtime.dotted"] == {"key": "v"}
-    assert t["crio.runtime.runtimes.runc"] == {"runtime_path": ""}
-    assert t["crio.list"] == {"x": 1}
+    rt = doctor.toml_get(t, "crio.runtime")
+    assert rt["hooks_dir"] == ["/a", "/b"] and rt["shared_cpuset"] == "0-1,50"
+    assert rt["pids_limit"] == 16 and rt["read_only"] is False and rt["inline"] == {"a": "}", "b": [1, 2]}
+    assert rt["dotted"] == {"key": "v"} and rt["runtimes"]["runc"] == {"runtime_path": ""}
+    assert doctor.toml_get(t, "crio.nri.enable_nri") is True
+    assert doctor.toml_get(t, "crio.missing.key") is None
 
 
 @pytest.mark.parametrize("text,line", [
@@ -510,12 +527,57 @@ def test_toml_subset() -> None:
     ("a = 1\nb = \"open\n", 2),
     ("a = [1 2]\n", 1),
     ("a 1\n", 1),
-    ("a = 1 b = 2\n", 1),
-    ("a = \"\"\"never closed\n", 1),
+    ("x = 1\na = 1 b = 2\n", 2),
+    ("a = 1\na = 2\n", 2),
 ])
-def test_toml_subset_errors(text: str, line: int) -> None:
-    with pytest.raises(doctor.TomlError, match=f"line {line}:"):
-        parse_toml_subset(text)
+def test_toml_errors(toml_parser: str, text: str, line: int) -> None:
+    with pytest.raises(doctor.TomlError, match=f"^line {line}, column \\d+: "):
+        parse_toml(text)
+
+
+def test_toml_without_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> None:
+        raise ImportError("no")
+
+    monkeypatch.setattr(doctor, "_toml_module", missing)
+    with pytest.raises(doctor.TomlError, match="no TOML parser"):
+        parse_toml("a = 1")
+
+
+@pytest.mark.parametrize("enable", ["crio", "containerd", "socket"])
+def test_nri_mode(dnode: DoctorNode, enable: str) -> None:
+    """NRI mode: the plugin's unit active and the runtime serving NRI; no hooks.d file needed then."""
+    dnode.set_unit(doctor.NRI_UNIT)
+    for p in dnode.hooks_dir.iterdir():
+        p.unlink()
+    if enable == "crio":
+        (dnode.crio_dir / "10-nri.conf").write_text("[crio.nri]\nenable_nri = true\n")
+    elif enable == "containerd":
+        path = dnode.root / "etc/containerd/config.toml"
+        path.parent.mkdir(parents=True)
+        path.write_text('version = 2\n[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n')
+    else:
+        (dnode.root / "run/nri").mkdir(parents=True)
+        (dnode.root / "run/nri/nri.sock").write_text("")
+    findings = compute_findings(read_facts(dnode.paths()))
+    mode = by_check(findings, "mode")
+    assert (mode.status, mode.message.split(":")[0]) == (OK, "NRI mode"), mode
+    assert by_check(findings, "hook-apply").status == OK and "not needed in NRI mode" in by_check(
+        findings, "hook-apply").message
+    assert worst(findings) == OK, [f for f in findings if f.status != OK]
+
+
+def test_neither_mode(dnode: DoctorNode) -> None:
+    for p in dnode.hooks_dir.iterdir():
+        p.unlink()
+    f = by_check(compute_findings(read_facts(dnode.paths())), "mode")
+    assert f.status == WARNING and "neither mode is set up" in f.message and "install the hooks.d files" in f.fix
+
+
+def test_crio_shared_cpuset_differs(dnode: DoctorNode) -> None:
+    (dnode.crio_dir / "05-shared.conf").write_text('[crio.runtime]\nshared_cpuset = "4-5"\n')
+    f = by_check(compute_findings(read_facts(dnode.paths())), "crio-shared-cpuset")
+    assert f.status == WARNING and "differ from this product's shared CPUs 2-3" in f.message, f
 
 
 # -- pure pieces -------------------------------------------------------------------------------------
