@@ -36,7 +36,7 @@ class Config(NamedTuple):
     failure_policy: str = "fail"
     cgroup_root: str = "/sys/fs/cgroup"
     state_dir: str = "/run/mixed-cpus-hook"
-    allowed_namespaces: Tuple[str, ...] = ("*",)
+    allowed_namespaces: Tuple[str, ...] = ()
     proc_root: str = "/proc"
     sys_root: str = "/sys"
     kubelet_state_file: str = "/var/lib/kubelet/cpu_manager_state"

@@ -128,7 +128,7 @@ class FakeNode:
         _write(shared_file, f"# the node's shared CPUs (kubelet reservedSystemCPUs covers them)\n{shared}")
         doc: Dict[str, object] = {"shared_cpus_file": shared_file, "cgroup_root": self.cgroup_root,
                                   "state_dir": self.state_dir, "proc_root": self.proc_root,
-                                  "sys_root": self.sys_root}
+                                  "sys_root": self.sys_root, "allowed_namespaces": ["ran"]}
         doc.update(extra or {})
         path = os.path.join(self.etc, "config.yaml")
         _write(path, "".join(f"{k}: {json.dumps(v)}\n" for k, v in doc.items()))

@@ -37,11 +37,13 @@ def may_ask(annotations: Mapping[str, str]) -> bool:
 
 
 def compute_request(annotations: Mapping[str, str], prefix: str,
-                    allowed_namespaces: Sequence[str], where: str) -> Optional[Request]:
+                    allowed_namespaces: Sequence[str], where: str, config_where: str = "") -> Optional[Request]:
     """The request, or None when the container does not ask.
 
     The annotation's only valid value is "enable": the CPUs always come from the node's
-    configuration, never from the pod.
+    configuration, never from the pod. Namespaces are opt-in (``allowed_namespaces``, empty by
+    default): the shared CPUs are outside the scheduler's accounting, so a pod that asks gets
+    CPU time nobody counted. ``config_where`` (the configuration file) is named in the refusal.
     """
     name = annotations.get(CONTAINER_NAME)
     if not name:
@@ -54,11 +56,18 @@ def compute_request(annotations: Mapping[str, str], prefix: str,
         raise RequestError(f"annotation {key}: value {value[:64]!r} is not {ENABLE!r}", where)
     namespace = annotations.get(POD_NAMESPACE, "")
     if not any(glob == "*" or _fnmatchcase(namespace, glob) for glob in allowed_namespaces):
-        raise PolicyError(
-            f"namespace {namespace!r} may not ask for mixed CPUs (allowed_namespaces: {', '.join(allowed_namespaces)})",
-            where,
-        )
+        raise PolicyError(format_refused_namespace(namespace, allowed_namespaces, config_where), where)
     return Request(namespace, annotations.get(POD_NAME, ""), name, annotations.get(POD_UID, ""), key)
+
+
+def format_refused_namespace(namespace: str, allowed_namespaces: Sequence[str], config_where: str) -> str:
+    """The refusal: which namespace, which setting in which file, and what it lists."""
+    source = config_where or "the configuration"
+    if source == "(defaults)":
+        source = "the configuration (no file: defaults)"
+    listed = f"lists only {', '.join(allowed_namespaces)}" if allowed_namespaces else "is empty (the default)"
+    return (f"namespace {namespace!r} may not ask for mixed CPUs: setting 'allowed_namespaces' in {source} "
+            f"{listed}; an admin must list it there")
 
 
 def _fnmatchcase(name: str, pattern: str) -> bool:

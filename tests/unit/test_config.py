@@ -55,7 +55,7 @@ def test_defaults() -> None:
     assert (c.shared_cpus, c.shared_cpus_file, c.annotation_prefix, c.failure_policy, c.cgroup_root, c.state_dir,
             c.allowed_namespaces, c.proc_root, c.sys_root) == (
         None, "/etc/mixed-cpus-hook/shared-cpus", "mixed-cpus.openshift.io", "fail", "/sys/fs/cgroup",
-        "/run/mixed-cpus-hook", ("*",), "/proc", "/sys")
+        "/run/mixed-cpus-hook", (), "/proc", "/sys")
 
 
 MALFORMED = [

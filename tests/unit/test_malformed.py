@@ -117,6 +117,10 @@ class Case:
             self.write_file(self.node.config_path, self.raw_config)
         else:
             self.node.configure(**self.settings)
+            if self.settings.get("allowed_namespaces", ()) is None:  # None: leave the setting out
+                with open(self.node.config_path, encoding="utf-8") as f:
+                    kept = [line for line in f if not line.startswith("allowed_namespaces:")]
+                self.write_file(self.node.config_path, "".join(kept))
 
     def argv(self) -> List[str]:
         return ["--config", self.config_arg, "apply"] + (["--state", self.state_arg] if self.state_arg else [])
@@ -184,8 +188,15 @@ ROWS: Dict[str, Row] = {
     "annotation-names-cpus": Row("node", lambda c: c.annotate(f"{PREFIX}/app", "0-3"),
                                  f"annotation {PREFIX}/app: value '0-3' is not 'enable'"),
     "namespace-not-allowed": Row("node", lambda c: c.setting(allowed_namespaces=["kube-*", "ran-*"]),
-                                 "refused: pod ran/du-0: namespace 'ran' may not ask for mixed CPUs"
-                                 " (allowed_namespaces: kube-*, ran-*)"),
+                                 "refused: pod ran/du-0: namespace 'ran' may not ask for mixed CPUs: setting"
+                                 " 'allowed_namespaces' in {config} lists only kube-*, ran-*; an admin must list it"
+                                 " there"),
+    "namespace-none-allowed": Row("node", lambda c: c.setting(allowed_namespaces=[]),
+                                  "refused: pod ran/du-0: namespace 'ran' may not ask for mixed CPUs: setting"
+                                  " 'allowed_namespaces' in {config} is empty"),
+    "namespace-unlisted-by-default": Row("node", lambda c: c.setting(allowed_namespaces=None),
+                                         "refused: pod ran/du-0: namespace 'ran' may not ask for mixed CPUs: setting"
+                                         " 'allowed_namespaces' in {config} is empty (the default)"),
     # the node's shared and online CPUs
     "shared-cpu-offline": Row("node", lambda c: c.node.configure(shared="0-1,4-5"),
                               "invalid cpulist: {shared_file}: shared CPUs (offline or absent) 4-5 not in 0-3"),

@@ -48,8 +48,11 @@ REFUSED = [
     pytest.param(dict(KUBE, **{f"{PREFIX}/app": "enable "}), ("*",), RequestError, "value 'enable ' is not 'enable'",
                  id="value-with-space"),
     pytest.param(dict(KUBE, **ASK), ("kube-*",), PolicyError,
-                 "namespace 'ran' may not ask for mixed CPUs (allowed_namespaces: kube-*)", id="namespace-refused"),
-    pytest.param(dict(KUBE, **ASK), (), PolicyError, "namespace 'ran' may not ask", id="no-namespace-allowed"),
+                 "namespace 'ran' may not ask for mixed CPUs: setting 'allowed_namespaces' in /etc/m/config.yaml "
+                 "lists only kube-*; an admin must list it there", id="namespace-refused"),
+    pytest.param(dict(KUBE, **ASK), (), PolicyError,
+                 "namespace 'ran' may not ask for mixed CPUs: setting 'allowed_namespaces' in /etc/m/config.yaml "
+                 "is empty (the default); an admin must list it there", id="no-namespace-allowed"),
     pytest.param(dict(KUBE, **ASK), ("RAN",), PolicyError, "namespace 'ran' may not ask", id="globs-case-sensitive"),
     pytest.param({"io.kubernetes.container.name": "app", **ASK}, ("ran",), PolicyError, "namespace '' may not ask",
                  id="missing-namespace-refused"),
@@ -60,9 +63,26 @@ REFUSED = [
 def test_compute_request_refused(annotations: Dict[str, str], allowed: Tuple[str, ...], error: type,
                                  message: str) -> None:
     with pytest.raises(error) as info:
-        compute_request(annotations, PREFIX, allowed, "container c1")
+        compute_request(annotations, PREFIX, allowed, "container c1", config_where="/etc/m/config.yaml")
     assert message in info.value.message
     assert info.value.where == "container c1"
+
+
+@pytest.mark.parametrize("config_where,named", [
+    pytest.param("", "setting 'allowed_namespaces' in the configuration is empty", id="caller-names-no-file"),
+    pytest.param("(defaults)", "in the configuration (no file: defaults) is empty", id="no-config-file"),
+])
+def test_refusal_names_the_configuration(config_where: str, named: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        compute_request(dict(KUBE, **ASK), PREFIX, (), "c", config_where=config_where)
+    assert named in info.value.message
+
+
+def test_default_config_lets_no_namespace_ask() -> None:
+    from mixed_cpus_hook.config import Config
+
+    with pytest.raises(PolicyError, match="is empty \\(the default\\)"):
+        compute_request(dict(KUBE, **ASK), PREFIX, Config().allowed_namespaces, "c", config_where="(defaults)")
 
 
 def test_long_value_is_cut_in_the_message() -> None:
