@@ -289,7 +289,7 @@ class Node:
         self.config_path = os.path.join(self.tmp, "config.yaml")
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(f'# written by tests/integration/conftest.py\nshared_cpus: "{SHARED_CPUS}"\n'
-                    f"state_dir: {self.state_dir}\n")
+                    f"state_dir: {self.state_dir}\nallowed_namespaces: [it-ns, crash-ns]\n")
         self.hook_env = [HOOK_PATH_ENV, f"MIXED_CPUS_HOOK_CACHE_DIR={self.cache_dir}"]
         self._made: List[str] = []
 

@@ -145,7 +145,8 @@ def v2() -> V2Run:
         "hook_executable": executable,
         "hooks": render_hooks(executable),
         "config_path": VM_CONFIG,
-        "config_text": f'# written by tests/integration/test_v2_vm.py\nshared_cpus: "{SHARED}"\nstate_dir: {VM_STATE}\n',
+        "config_text": f'# written by tests/integration/test_v2_vm.py\nshared_cpus: "{SHARED}"\nstate_dir: {VM_STATE}\n'
+                       "allowed_namespaces: [vm-ns]\n",
         "state_dir": VM_STATE,
         "cache_dir": VM_CACHE,
         "work_dir": f"{VM_BASE}/work",
