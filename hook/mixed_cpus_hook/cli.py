@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import click
 
@@ -121,6 +121,10 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
             results = list(results) + [("-", Outcome("error", (line,))) for line in report.errors]
     except HookError as exc:
         _fail(obj, exc)
+    if not dry_run:
+        from .metrics import update_metrics
+
+        update_metrics(config, results, why or "manual", full=container_id is None, reporter=obj.reporter)
     failed = False
     for cid, outcome in results:
         if outcome.status == "error":
@@ -266,11 +270,14 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
 @click.option("--name", metavar="NAME", help="The MachineConfig's name. Default: 99-<role>-mixed-cpus-hook.")
 @click.option("--preset", metavar="FILE",
               help="Enable the units this systemd preset enables. Default: the units the RPM's preset enables.")
+@click.option("--allow-namespace", "allow_namespace", multiple=True, metavar="GLOB",
+              help="A namespace (shell glob) whose pods may ask; repeat for more. Without one (and without "
+                   "allowed_namespaces in --config) no pod may ask.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @click.pass_obj
 def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
-                  preset: Optional[str], output: str) -> None:
+                  preset: Optional[str], allow_namespace: Tuple[str, ...], output: str) -> None:
     """Print an OpenShift MachineConfig (Ignition 3.2) that configures the hook on a role's nodes.
 
     It writes /etc/mixed-cpus-hook/config.yaml and the shared-CPU file and enables the units;
@@ -278,7 +285,7 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
     put the same CPUs into kubelet's reservedSystemCPUs (see docs/openshift.md).
     """
     from .errors import UsageError
-    from .machineconfig import DEFAULT_UNITS, compute_machineconfig, parse_preset, render
+    from .machineconfig import DEFAULT_UNITS, compute_machineconfig, mc_allowed_namespaces, parse_preset, render
 
     source = mc_config or obj.config_path
     try:
@@ -297,9 +304,12 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", preset) from None
         mc = compute_machineconfig(role, shared_cpus, config_text=text, config_where=source or "--config",
-                                   units=units, name=name)
+                                   units=units, name=name, allowed_namespaces=allow_namespace)
     except HookError as exc:
         _fail(obj, exc)
+    if not mc_allowed_namespaces(mc):
+        obj.reporter.warning("the configuration lists no allowed_namespaces: no pod may ask for mixed CPUs "
+                             "(add --allow-namespace GLOB)")
     click.echo(render(mc, output), nl=False)
 
 @cli.command(context_settings=CONTEXT, short_help="NRI plugin for containerd and CRI-O (runs in the foreground).")

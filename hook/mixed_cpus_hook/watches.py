@@ -403,7 +403,11 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
         reporter.emit("info", f"container {cid}: watching its cgroup ({', '.join(by_container['start'][cid])})",
                       to_stream=False)
         # a rewrite between apply (or a lost watch) and now
-        for _cid, outcome in reconcile(config, reporter, only=cid, reason=f"reapplied ({CATCH_UP_WHY})", node=node):
+        caught_up = reconcile(config, reporter, only=cid, reason=f"reapplied ({CATCH_UP_WHY})", node=node)
+        from .metrics import update_metrics
+
+        update_metrics(config, caught_up, "catch-up", reporter=reporter)
+        for _cid, outcome in caught_up:
             if outcome.status == "error":
                 errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
     for line in errors:
@@ -419,13 +423,17 @@ def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[
         return SyncReport()
     from .engine import read_node, reconcile
 
+    from .metrics import update_metrics
+
     node = node or read_node(config)
     errors = []
+    results = []
     for cid in ids:
-        for _cid, outcome in reconcile(config, reporter, only=cid, node=node,
-                                       reason=f"reapplied ({RECHECK_WHY})"):
-            if outcome.status == "error":
-                errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
+        results += reconcile(config, reporter, only=cid, node=node, reason=f"reapplied ({RECHECK_WHY})")
+    for cid, outcome in results:
+        if outcome.status == "error":
+            errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
+    update_metrics(config, results, "recheck", reporter=reporter)
     return SyncReport(errors=tuple(errors), rechecked=tuple(ids))
 
 
@@ -439,6 +447,9 @@ def reconcile_container(config: Config, cid: str, reporter: Reporter, settle: fl
     from .engine import reconcile
 
     results = reconcile(config, reporter, only=cid, reason=f"reapplied ({why})", settle=settle)
+    from .metrics import update_metrics
+
+    update_metrics(config, results, "watch" if why == WATCH_WHY else why, reporter=reporter)
     if results and results[-1][1].status in ("applied", "in-sync"):
         # Last, so that the sync reads again only after this process is gone and its watch
         # units watch again (see the module's docstring).
