@@ -40,6 +40,7 @@ class Config(NamedTuple):
     proc_root: str = "/proc"
     sys_root: str = "/sys"
     kubelet_state_file: str = "/var/lib/kubelet/cpu_manager_state"
+    metrics_file: Optional[str] = None
     source: str = "(defaults)"
 
 

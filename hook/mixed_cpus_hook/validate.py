@@ -38,6 +38,7 @@ CONFIG_KEYS = (
     "proc_root",
     "sys_root",
     "kubelet_state_file",
+    "metrics_file",
 )
 
 
@@ -110,7 +111,7 @@ def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
         isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0
     ):
         raise err(f"setting 'shared_cpus' must be a cpulist string, not {_type_name(shared)}", where)
-    for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root", "kubelet_state_file"):
+    for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root", "kubelet_state_file", "metrics_file"):
         _abs_path(doc, key, where, err)
     prefix = _field(doc, "annotation_prefix", str, where, err)
     if prefix is not None and (len(prefix) > 253 or not re.match(PREFIX_PATTERN, prefix)):
