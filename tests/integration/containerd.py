@@ -170,9 +170,10 @@ class Containerd:
     """One private containerd: ``start``, ``stop`` (by pid), ``restart``, ``ctr``, ``cri``, ``cleanup``."""
 
     def __init__(self, owned_cgroups: Iterable[str] = (), cache: str = CACHE, runc: str = RUNC,
-                 request_timeout: str = "2s") -> None:
+                 request_timeout: str = "2s", parent_dir: str = "/tmp") -> None:
         self.bin = ensure_binaries(cache)
-        self.dir = tempfile.mkdtemp(prefix="mch-ctd-", dir="/tmp")
+        # parent_dir: a file system overlayfs accepts as upper (not an overlay itself: the VM's /tmp is)
+        self.dir = tempfile.mkdtemp(prefix="mch-ctd-", dir=parent_dir)
         self.sock = os.path.join(self.dir, "c.sock")
         self.nri_sock = os.path.join(self.dir, "nri.sock")
         self.config = os.path.join(self.dir, "config.toml")
@@ -340,8 +341,8 @@ class Containerd:
         for b in self.bundles():
             pids.update(_pids_in(os.path.join(b, "init.pid")))
         for top in self.owned_cgroups:
-            for controller in ("cpu", "cpuset", "pids", "memory"):
-                root = f"{CGROUP_ROOT}/{controller}{top}"
+            for controller in ("", "/cpu", "/cpuset", "/pids", "/memory"):  # "": cgroup v2
+                root = f"{CGROUP_ROOT}{controller}{top}"
                 for cur, _dirs, _files in os.walk(root):
                     pids.update(_pids_in(os.path.join(cur, "cgroup.procs")))
         shims = set(self.shims())

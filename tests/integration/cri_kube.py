@@ -39,17 +39,27 @@ IN_MODIFY = 0x2
 PLUGIN_READY_TIMEOUT = 30.0
 
 
+def cgroup_v2() -> bool:
+    """A pure cgroup v2 layout (the VM): no v1 cpuset hierarchy, controllers at the root."""
+    return os.path.isfile(f"{CGROUP_ROOT}/cgroup.controllers") and not os.path.isdir(f"{CGROUP_ROOT}/cpuset")
+
+
+def parse_quota(text: str, v2: bool) -> int:
+    """The CFS quota of cpu.cfs_quota_us (v1) or cpu.max "<quota|max> <period>" (v2); -1 = unlimited."""
+    value = text.split()[0] if v2 else text
+    return -1 if value == "max" else int(value)
+
+
 class PodHandle:
     """A pod sandbox: its CRI id and config, its cgroup (relative path) and uid."""
 
-    def __init__(self, pod_id: str, config, rel: str, uid: str) -> None:
-        self.id, self.config, self.rel, self.uid = pod_id, config, rel, uid
-
-    def cpu(self, name: str) -> str:
-        return read_file(f"{CGROUP_ROOT}/cpu{self.rel}/{name}")
+    def __init__(self, pod_id: str, config, rel: str, uid: str, v2: bool) -> None:
+        self.id, self.config, self.rel, self.uid, self.v2 = pod_id, config, rel, uid, v2
 
     def quota(self) -> int:
-        return int(self.cpu("cpu.cfs_quota_us"))
+        if self.v2:
+            return parse_quota(read_file(f"{CGROUP_ROOT}{self.rel}/cpu.max"), True)
+        return parse_quota(read_file(f"{CGROUP_ROOT}/cpu{self.rel}/cpu.cfs_quota_us"), False)
 
 
 class Kube:
@@ -57,6 +67,7 @@ class Kube:
 
     def __init__(self, ctd: Containerd, top: str, log_dir: str) -> None:
         self.ctd, self.top, self.log_dir = ctd, top, log_dir
+        self.v2 = cgroup_v2()
         os.makedirs(log_dir, exist_ok=True)
         self.made: List[str] = []
 
@@ -65,22 +76,33 @@ class Kube:
         return self.ctd.cri
 
     def pod_cgroup(self, quota: int, period: int = PERIOD) -> tuple:
-        """``<top>/kubepods/pod<uid>`` in cpuset and cpu (cpus/mems copied down), quota set first."""
+        """``<top>/kubepods/pod<uid>`` made as kubelet does, its CFS quota set first.
+
+        v1: in the cpuset and cpu hierarchies, cpus/mems copied down; v2: ``+cpuset +cpu`` in the
+        subtree_control of every level (kubelet's parents have them), cpu.max written.
+        """
         uid = str(uuid.uuid4())
         rel = f"{self.top}/kubepods/pod{uid}"
-        for controller in ("cpuset", "cpu"):
-            cur = f"{CGROUP_ROOT}/{controller}"
+        for controller in (("",) if self.v2 else ("cpuset", "cpu")):
+            cur = f"{CGROUP_ROOT}/{controller}".rstrip("/")
+            if self.v2:
+                write_file(f"{cur}/cgroup.subtree_control", "+cpuset +cpu")
             for part in rel.strip("/").split("/"):
                 parent, cur = cur, f"{cur}/{part}"
                 if not os.path.isdir(cur):
                     os.mkdir(cur)
                     self.made.append(cur)
-                if controller == "cpuset":
+                if self.v2:
+                    write_file(f"{cur}/cgroup.subtree_control", "+cpuset +cpu")
+                elif controller == "cpuset":
                     for f in ("cpuset.cpus", "cpuset.mems"):
                         if not read_file(f"{cur}/{f}"):
                             write_file(f"{cur}/{f}", read_file(f"{parent}/{f}"))
-        write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_period_us", str(period))
-        write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_quota_us", str(quota))
+        if self.v2:
+            write_file(f"{CGROUP_ROOT}{rel}/cpu.max", f"{quota} {period}")
+        else:
+            write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_period_us", str(period))
+            write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_quota_us", str(quota))
         return rel, uid
 
     def pod(self, name: str = "du", namespace: str = "mixed-ns", annotations: Optional[Dict[str, str]] = None,
@@ -91,7 +113,7 @@ class Kube:
         if asks:
             ann[f"{PREFIX}/{asks}"] = value
         config = self.cri.sandbox_config(name, uid, namespace, rel, ann, os.path.join(self.log_dir, uid))
-        return PodHandle(self.cri.run_pod(config), config, rel, uid)
+        return PodHandle(self.cri.run_pod(config), config, rel, uid, self.v2)
 
     def container(self, pod: PodHandle, name: str = "app", cpus: str = "1", quota: int = 100000,
                   period: int = PERIOD, start: bool = True, command: Optional[List[str]] = None) -> str:
@@ -108,13 +130,21 @@ class Kube:
 
     # what a container got -----------------------------------------------------------
     def cgroup(self, pod: PodHandle, cid: str, controller: str) -> str:
-        return f"{CGROUP_ROOT}/{controller}{pod.rel}/{cid}"
+        """The container's cgroup dir for ``controller`` (v2: the one hierarchy)."""
+        return f"{CGROUP_ROOT}{pod.rel}/{cid}" if self.v2 else f"{CGROUP_ROOT}/{controller}{pod.rel}/{cid}"
+
+    def quota_file(self, pod: PodHandle, cid: str) -> str:
+        return self.cgroup(pod, cid, "cpu") + ("/cpu.max" if self.v2 else "/cpu.cfs_quota_us")
 
     def values(self, pod: PodHandle, cid: str) -> Dict[str, object]:
-        """cpuset.cpus and CFS quota of the container's cgroup, and its pod's quota."""
-        return {"cpus": read_file(f"{self.cgroup(pod, cid, 'cpuset')}/cpuset.cpus"),
-                "quota": int(read_file(f"{self.cgroup(pod, cid, 'cpu')}/cpu.cfs_quota_us")),
-                "pod_quota": pod.quota()}
+        """cpuset.cpus and CFS quota of the container's cgroup, and its pod's quota (v2: and the
+        effective cpuset, which is what the kernel granted)."""
+        out = {"cpus": read_file(f"{self.cgroup(pod, cid, 'cpuset')}/cpuset.cpus"),
+               "quota": parse_quota(read_file(self.quota_file(pod, cid)), self.v2),
+               "pod_quota": pod.quota()}
+        if self.v2:
+            out["effective"] = read_file(f"{self.cgroup(pod, cid, 'cpuset')}/cpuset.cpus.effective")
+        return out
 
     def pid(self, cid: str) -> int:
         return int(json.loads(self.cri.status(cid, verbose=True).info["info"])["pid"])
