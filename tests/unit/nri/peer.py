@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from mixed_cpus_hook.nri import api, mux, ttrpc
 from mixed_cpus_hook.nri.plugin import Identity, Plugin
@@ -85,7 +85,7 @@ class RuntimePeer:
 
     def call_raw(self, method: str, payload: bytes, chunk: int = mux.CHUNK, sid: Optional[int] = None) -> Answer:
         sid = self.next_sid if sid is None else sid
-        self.next_sid = max(self.next_sid, sid) + 2
+        self.next_sid = max(self.next_sid, sid + 1) | 1  # the next odd id above every one used
         self.send(mux.PLUGIN_SERVICE_CONN, ttrpc.format_request(sid, api.PLUGIN_SERVICE, method, payload), chunk)
         return self.answer(sid)
 
@@ -93,13 +93,13 @@ class RuntimePeer:
         answer = self.call_raw(method, msg.SerializeToString(), chunk)
         return answer if reply_cls is None else answer.decode(reply_cls)
 
-    def handshake(self) -> Any:
-        """Register (answered), Configure, and an empty Synchronize, as a runtime does."""
+    def handshake(self, pods: Sequence[Any] = (), containers: Sequence[Any] = ()) -> Any:
+        """Register (answered), Configure and Synchronize, as a runtime does; the Synchronize reply."""
         self.wait_registered()
-        cfg = self.call("Configure", api.ConfigureRequest(runtime_name="peer", runtime_version="0",
-                                                          request_timeout=2000), api.ConfigureResponse)
-        self.call("Synchronize", api.SynchronizeRequest(), api.SynchronizeResponse)
-        return cfg
+        self.call("Configure", api.ConfigureRequest(runtime_name="peer", runtime_version="0", request_timeout=2000),
+                  api.ConfigureResponse)
+        return self.call("Synchronize", api.SynchronizeRequest(pods=pods, containers=containers),
+                         api.SynchronizeResponse)
 
 
 DEFAULT_IDENTITY = Identity("mixed-cpus-hook", "10")
@@ -130,3 +130,31 @@ class Running:
         self.peer.sock.close()
         self.plugin.close()
         return self.code
+
+
+POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
+
+
+def pod_and_container(cid: str, name: str = "app", pod_uid: str = POD_UID, cpus: str = "2-3",
+                      quota: Optional[int] = 200000, ask: Optional[str] = "enable", namespace: str = "ran",
+                      state: int = 1) -> Tuple[Any, Any]:
+    """NRI's PodSandbox and Container for a fake node's container (cgroupfs driver), as containerd sends."""
+    from mixed_cpus_hook.fakenode import cgroups_path
+
+    pod = api.PodSandbox(id="sandbox-" + pod_uid[:8], name="du-0", uid=pod_uid, namespace=namespace)
+    if ask is not None:
+        pod.annotations[f"mixed-cpus.openshift.io/{name}"] = ask
+    pod.linux.cgroup_parent = "/kubepods/pod" + pod_uid
+    ctr = api.Container(id=cid, name=name, pod_sandbox_id=pod.id, state=state)
+    ctr.linux.cgroups_path = cgroups_path("cgroupfs", pod_uid, cid)
+    cpu = ctr.linux.resources.cpu
+    cpu.cpus = cpus
+    cpu.period.value = 100000
+    if quota is not None:
+        cpu.quota.value = quota
+    return pod, ctr
+
+
+def create_request(cid: str, **kwargs: Any) -> Any:
+    pod, ctr = pod_and_container(cid, **kwargs)
+    return api.CreateContainerRequest(pod=pod, container=ctr)

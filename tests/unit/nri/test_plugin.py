@@ -1,0 +1,394 @@
+"""The plugin against an in-test runtime over a socketpair, with the real handlers on a fake node.
+
+A real containerd (tests/integration) cannot be made to send broken frames, unknown methods,
+split messages or a refused registration: those paths are driven here. The peer checks that
+every mux frame the plugin sends fits Go's 4096-byte ttrpc reader.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, List
+
+import pytest
+
+from mixed_cpus_hook.config import load_config
+from mixed_cpus_hook.errors import UsageError
+from mixed_cpus_hook.nri import api, mux, ttrpc
+from mixed_cpus_hook.nri.handlers import EVENTS, Handlers
+from mixed_cpus_hook.nri.plugin import Identity, Plugin, compute_identity, parse_socket_fd
+
+from .peer import RuntimePeer, Running, create_request, pod_and_container
+
+APP = "a1" * 32
+OTHER = "b2" * 32
+SIDECAR = "5c" * 32
+REPO = Path(__file__).resolve().parents[3]
+
+
+class Env:
+    def __init__(self, node: Any, cap: Any, running: Running) -> None:
+        self.node, self.cap, self.running, self.peer = node, cap, running, running.peer
+
+    @property
+    def log(self) -> str:
+        return logged(self.cap)
+
+
+def logged(cap: Any) -> str:
+    """Everything logged: stderr lines and the syslog lines (info goes only to syslog)."""
+    return cap.stream.getvalue() + "".join(f"{message}\n" for _, message in cap.sink.messages)
+
+
+@pytest.fixture
+def make_env(fake_node: Callable[..., Any], reporter: Any) -> Iterator[Callable[..., Env]]:
+    started: List[Running] = []
+
+    def make(handshake: bool = True, config: Any = None, handlers_class: type = Handlers, **kwargs: Any) -> Env:
+        node = fake_node(version=1, config=config)
+        node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+        handlers = handlers_class(load_config(node.config_path), reporter.reporter)
+        running = Running(handlers, reporter.reporter, **kwargs)
+        started.append(running)
+        env = Env(node, reporter, running)
+        if handshake:
+            env.peer.handshake()
+        return env
+
+    yield make
+    for running in started:
+        running.finish()
+
+
+def test_handshake_registers_and_subscribes(make_env: Callable[..., Env]) -> None:
+    env = make_env(handshake=False)
+    reg = env.peer.wait_registered()
+    assert (reg.plugin_name, reg.plugin_idx) == ("mixed-cpus-hook", "10")
+    cfg = env.peer.call("Configure", api.ConfigureRequest(runtime_name="containerd", runtime_version="1.7.24"),
+                        api.ConfigureResponse)
+    assert cfg.events == EVENTS == 0x688
+
+
+def test_create_update_stop(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    resp = env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    cpu = resp.adjust.linux.resources.cpu
+    assert (cpu.cpus, cpu.quota.value, cpu.period.value) == ("0-3", 400000, 100000)
+    assert [(kv.key, kv.value) for kv in resp.adjust.env] == [("OPENSHIFT_ISOLATED_CPUS", "2-3"),
+                                                             ("OPENSHIFT_SHARED_CPUS", "0-1")]
+    assert env.node.records("containers")[APP]["mode"] == "nri"
+    pod_rel = "kubepods/pod" + pod_and_container(APP)[0].uid
+    assert env.node.quota(pod_rel) == "400000"
+    update = api.UpdateContainerRequest(container=api.Container(id=APP))
+    update.linux_resources.cpu.cpus = "2-3"  # kubelet's rewrite after a restart: cpuset only
+    resp = env.peer.call("UpdateContainer", update, api.UpdateContainerResponse)
+    assert [u.container_id for u in resp.update] == [APP]
+    cpu = resp.update[0].linux.resources.cpu
+    assert (cpu.cpus, cpu.quota.value, cpu.period.value) == ("0-3", 400000, 100000)
+    env.peer.call("StopContainer", api.StopContainerRequest(container=api.Container(id=APP)),
+                  api.StopContainerResponse)
+    assert env.node.records("containers") == {}
+    assert env.node.quota(pod_rel) == "200000"
+
+
+def test_not_asking_and_untracked_pass_through(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    resp = env.peer.call("CreateContainer", create_request(SIDECAR, name="sidecar", ask=None),
+                         api.CreateContainerResponse)
+    assert not resp.HasField("adjust")
+    update = api.UpdateContainerRequest(container=api.Container(id=SIDECAR))
+    update.linux_resources.cpu.cpus = "2-3"
+    assert list(env.peer.call("UpdateContainer", update, api.UpdateContainerResponse).update) == []
+    assert env.node.records("containers") == {}
+
+
+@pytest.mark.parametrize("policy,ask,namespace,code,message", [
+    pytest.param("fail", "yes", "ran", ttrpc.UNKNOWN, "mixed-cpus-hook: invalid request: pod ran/du-0: annotation "
+                 "mixed-cpus.openshift.io/app: value 'yes' is not 'enable'", id="fail-bad-annotation"),
+    pytest.param("fail", "enable", "default", ttrpc.UNKNOWN, "mixed-cpus-hook: refused: pod default/du-0: namespace "
+                 "'default' may not ask for mixed CPUs", id="fail-refused-namespace"),
+    pytest.param("ignore", "yes", "ran", ttrpc.OK, "", id="ignore-bad-annotation"),
+])
+def test_failure_policy(make_env: Callable[..., Env], policy: str, ask: str, namespace: str, code: int,
+                        message: str) -> None:
+    env = make_env(config={"failure_policy": policy, "allowed_namespaces": ["ran"]})
+    answer = env.peer.call_raw("CreateContainer", create_request(APP, ask=ask, namespace=namespace).SerializeToString())
+    assert answer.code == code and answer.message.startswith(message), answer.message
+    if code == ttrpc.OK:
+        assert not api.CreateContainerResponse.FromString(answer.payload).HasField("adjust")
+        assert "failure_policy ignore: created unadjusted" in env.log
+    assert env.node.records("containers") == {}
+    # and the plugin goes on serving
+    env.peer.call("CreateContainer", create_request(SIDECAR, name="sidecar", ask=None), api.CreateContainerResponse)
+
+
+# Requests a runtime would never send; each gets its error status and the next request is served.
+BAD_REQUESTS = [
+    pytest.param(lambda p: p.call_raw("CreateContainer", b"\x0a\x80"), ttrpc.INVALID_ARGUMENT,
+                 "CreateContainer: undecodable request: ", id="undecodable-payload"),
+    pytest.param(lambda p: p.call_raw("Frobnicate", b""), ttrpc.UNIMPLEMENTED, "method Frobnicate: not implemented",
+                 id="unknown-method"),
+    pytest.param(lambda p: p.call_raw("Configure", b"", sid=p.next_sid + 1), ttrpc.INVALID_ARGUMENT,
+                 "StreamID must be odd for client initiated streams", id="even-stream-id"),
+    pytest.param(lambda p: p.call_raw("Configure", b"", sid=1), ttrpc.INVALID_ARGUMENT,
+                 "StreamID cannot be re-used and must increment", id="reused-stream-id"),
+]
+
+
+@pytest.mark.parametrize("send,code,message", BAD_REQUESTS)
+def test_bad_request_answered_and_serving_goes_on(make_env: Callable[..., Env], send: Callable, code: int,
+                                                   message: str) -> None:
+    env = make_env()
+    answer = send(env.peer)
+    assert answer.code == code and answer.message.startswith(message), answer.message
+    assert message in env.log
+    resp = env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    assert resp.adjust.linux.resources.cpu.cpus == "0-3"
+
+
+def test_oversized_frame_discarded(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    sid = env.peer.next_sid
+    env.peer.next_sid += 2
+    length = ttrpc.MAX_MESSAGE + 1
+    env.peer.send(mux.PLUGIN_SERVICE_CONN, struct.pack(">IIBB", length, sid, 1, 0) + b"\0" * length)
+    answer = env.peer.answer(sid)
+    assert (answer.code, answer.message) == (ttrpc.RESOURCE_EXHAUSTED, "message length 4194305 exceed maximum "
+                                                                       "message size of 4194304")
+    env.peer.call("Shutdown", api.Empty(), api.Empty)
+
+
+def test_split_and_pipelined_frames(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    # one request cut into 1-byte mux frames
+    resp = env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse, chunk=1)
+    assert resp.adjust.linux.resources.cpu.cpus == "0-3"
+    # two requests in one write: answered in order
+    first = ttrpc.format_request(env.peer.next_sid, api.PLUGIN_SERVICE, "Shutdown", b"")
+    second = ttrpc.format_request(env.peer.next_sid + 2, api.PLUGIN_SERVICE, "Shutdown", b"")
+    env.peer.send(mux.PLUGIN_SERVICE_CONN, first + second)
+    assert env.peer.answer(env.peer.next_sid).code == 0
+    assert env.peer.answer(env.peer.next_sid + 2).code == 0
+
+
+def test_unknown_mux_connection_dropped(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.peer.send(7, b"whatever")
+    env.peer.call("Shutdown", api.Empty(), api.Empty)
+    assert "nri: mux: 8 bytes for connection 7 dropped (only 1 and 2 are NRI's)" in env.log
+
+
+def test_broken_mux_ends_the_connection(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.peer.send_raw(struct.pack(">II", 1, mux.MAX_PAYLOAD + 1))
+    with pytest.raises(EOFError):
+        env.peer.read_frame()
+    env.running.thread.join(10)
+    assert env.running.code == 1
+    assert "nri: protocol error: mux: frame of 4194315 bytes for connection 1 exceeds the maximum" in env.log
+
+
+def test_registration_refused(make_env: Callable[..., Env]) -> None:
+    env = make_env(handshake=False, register_error="invalid plugin index")
+    env.peer.wait_registered()
+    with pytest.raises(EOFError):
+        env.peer.read_frame()
+    env.running.thread.join(10)
+    assert env.running.code == 1
+    assert "RegisterPlugin refused: invalid plugin index (code 3)" in env.log
+
+
+def test_not_configured_in_time(make_env: Callable[..., Env]) -> None:
+    env = make_env(handshake=False, registration_timeout=0.3)
+    env.peer.wait_registered()
+    with pytest.raises(EOFError):
+        env.peer.read_frame()
+    env.running.thread.join(10)
+    assert "not configured by the runtime within 0.3 s of registering" in env.log
+
+
+class Exploding(Handlers):
+    """Handlers whose UpdateContainer has a bug: the plugin must answer INTERNAL and live on."""
+
+    def update_container(self, req: Any) -> Any:
+        raise KeyError("boom")
+
+
+def test_internal_error_answered(make_env: Callable[..., Env]) -> None:
+    env = make_env(handlers_class=Exploding)
+    answer = env.peer.call_raw("UpdateContainer", api.UpdateContainerRequest().SerializeToString())
+    assert (answer.code, answer.message) == (ttrpc.INTERNAL, "mixed-cpus-hook: internal error in UpdateContainer: "
+                                                             "KeyError('boom')")
+    assert "nri: UpdateContainer: internal error: KeyError('boom')" in env.log
+    env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+
+
+def test_synchronize_split_tracked_untracked_gone(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.node.add_container(OTHER, cpus="3", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
+    env.node.add_container(SIDECAR, name="sidecar", cpus="2-3", ask=None)
+    env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    gone = "dd" * 32
+    env.node.add_container(gone, name="old", cpus="2", pod_uid="99999999-2222-3333-4444-555555555555")
+    env.peer.call("CreateContainer", create_request(gone, name="old", cpus="2",
+                                                    pod_uid="99999999-2222-3333-4444-555555555555"),
+                  api.CreateContainerResponse)
+    assert set(env.node.records("containers")) == {APP, gone}
+    pod_a, app = pod_and_container(APP, cpus="0-3", quota=400000)  # as containerd shows it: already adjusted
+    pod_b, other = pod_and_container(OTHER, cpus="3", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
+    _, sidecar = pod_and_container(SIDECAR, name="sidecar", ask=None)
+    part1 = env.peer.call("Synchronize", api.SynchronizeRequest(pods=[pod_a], containers=[app], more=True),
+                          api.SynchronizeResponse)
+    assert part1.more and list(part1.update) == []
+    final = env.peer.call("Synchronize", api.SynchronizeRequest(pods=[pod_b], containers=[other, sidecar]),
+                          api.SynchronizeResponse)
+    got = {u.container_id: (u.linux.resources.cpu.cpus, u.linux.resources.cpu.quota.value, u.ignore_failure)
+           for u in final.update}
+    assert got == {APP: ("0-3", 400000, True), OTHER: ("0-1,3", 300000, True)}
+    assert set(env.node.records("containers")) == {APP, OTHER}
+
+
+def test_state_change_remove_releases(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    env.peer.call("StateChange", api.StateChangeEvent(event=api.EVENTS["REMOVE_CONTAINER"],
+                                                      container=api.Container(id=APP)), api.Empty)
+    assert env.node.records("containers") == {}
+    env.peer.call("RemoveContainer", api.RemoveContainerRequest(container=api.Container(id=APP)),
+                  api.RemoveContainerResponse)  # twice: nothing left to do, still answered
+
+
+def test_reconnects_after_the_runtime_goes_away(fake_node: Callable[..., Any], reporter: Any) -> None:
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    pairs = [socket.socketpair() for _ in range(2)]
+    refused = [True]
+
+    def connect() -> socket.socket:
+        if refused[0]:  # the runtime is down at first: connection refused, then back
+            refused[0] = False
+            raise ConnectionRefusedError(111, "Connection refused")
+        return pairs.pop(0)[0] if len(pairs) == 2 else pairs[0][0]
+
+    peers = [RuntimePeer(pairs[0][1]), RuntimePeer(pairs[1][1])]
+    plugin = Plugin(Handlers(load_config(node.config_path), reporter.reporter), Identity("mixed-cpus-hook", "10"),
+                    reporter.reporter, reconcile_interval=0)
+    thread = threading.Thread(target=plugin.run, args=(connect,), daemon=True)
+    thread.start()
+    try:
+        peers[0].handshake()
+        peers[0].call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        peers[0].sock.close()  # containerd restarts
+        pod, ctr = pod_and_container(APP, cpus="0-3", quota=400000)
+        sync = peers[1].handshake([pod], [ctr])  # the plugin is back: registered, configured, synchronized
+        assert len(peers[1].registered) == 1
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sync.update] == [(APP, "0-3")]
+        update = api.UpdateContainerRequest(container=api.Container(id=APP))
+        update.linux_resources.cpu.cpus = "2-3"
+        resp = peers[1].call("UpdateContainer", update, api.UpdateContainerResponse)
+        assert resp.update[0].linux.resources.cpu.cpus == "0-3"  # the record survived the reconnect
+    finally:
+        plugin.stop()
+        thread.join(10)
+        plugin.close()
+        for p in peers:
+            p.sock.close()
+    assert not thread.is_alive()
+    log = logged(reporter)
+    assert "cannot connect to the runtime (Connection refused); retrying" in log
+    assert "nri: connection closed by the runtime; reconnecting" in log
+
+
+@pytest.mark.parametrize("opts,environ,argv0,expected", [
+    pytest.param((None, None), {}, "/usr/bin/mixed-cpus-hook", ("mixed-cpus-hook", "10"), id="defaults"),
+    pytest.param(("mine", "42"), {"NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "01"}, "/opt/nri/plugins/05-y",
+                 ("mine", "42"), id="options-win"),
+    pytest.param((None, None), {"NRI_PLUGIN_NAME": "mixed", "NRI_PLUGIN_IDX": "07"}, "/opt/nri/plugins/07-mixed",
+                 ("mixed", "07"), id="launched-by-runtime"),
+    pytest.param((None, None), {}, "/opt/nri/plugins/20-mixed-cpus", ("mixed-cpus", "20"), id="from-executable"),
+])
+def test_identity(opts: Any, environ: Any, argv0: str, expected: Any) -> None:
+    assert compute_identity(opts[0], opts[1], environ, argv0) == Identity(*expected)
+
+
+@pytest.mark.parametrize("opts,environ,message", [
+    pytest.param(("bad name", None), {}, "nri: plugin name 'bad name' may only hold letters, digits and _.+-",
+                 id="name"),
+    pytest.param((None, "1"), {}, "nri: plugin index '1' is not two digits", id="index"),
+    pytest.param((None, None), {"NRI_PLUGIN_IDX": "x1"}, "nri: plugin index 'x1' is not two digits", id="env-index"),
+])
+def test_identity_malformed(opts: Any, environ: Any, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        compute_identity(opts[0], opts[1], environ, "mixed-cpus-hook")
+    assert str(err.value) == message
+
+
+def test_socket_fd_env() -> None:
+    assert parse_socket_fd({}) is None and parse_socket_fd({"NRI_PLUGIN_SOCKET": "3"}) == 3
+    with pytest.raises(UsageError) as err:
+        parse_socket_fd({"NRI_PLUGIN_SOCKET": "/run/x.sock"})
+    assert str(err.value) == "nri: NRI_PLUGIN_SOCKET='/run/x.sock' is not a file descriptor number"
+
+
+def _plugin_process(node: Any, argv: List[str], cache: str, **popen: Any) -> subprocess.Popen:
+    env = dict(os.environ, MIXED_CPUS_HOOK_CACHE_DIR=cache, MIXED_CPUS_HOOK_CONFIG=node.config_path,
+               PYTHONPATH=str(REPO / "hook"))
+    env.pop("JOURNAL_STREAM", None)
+    return subprocess.Popen([sys.executable, "-m", "mixed_cpus_hook", *argv], env=dict(env, **popen.pop("env", {})),
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_command_on_a_unix_socket(fake_node: Callable[..., Any], fast_tmp: Path, config_cache_dir: str) -> None:
+    """`mixed-cpus-hook nri --socket PATH` as a process: registers, serves, ends on SIGTERM with 0."""
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    path = str(fast_tmp / "nri.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    listener.settimeout(30)
+    proc = _plugin_process(node, ["-v", "nri", "--socket", path, "--name", "mixed", "--index", "33"], config_cache_dir)
+    try:
+        conn, _ = listener.accept()
+        peer = RuntimePeer(conn)
+        peer.handshake()
+        assert (peer.registered[0].plugin_name, peer.registered[0].plugin_idx) == ("mixed", "33")
+        resp = peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0-3"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        listener.close()
+    assert proc.returncode == 0, err
+    assert f"nri: plugin 33-mixed starting on {path}" in err
+
+
+def test_preconnected_plugin_without_arguments(fake_node: Callable[..., Any], config_cache_dir: str) -> None:
+    """Started by the runtime (/opt/nri/plugins/NN-name): no arguments; NRI_PLUGIN_* name the plugin
+    and the inherited socket's fd (the runtime passes fd 3; any number works the same way)."""
+    node = fake_node(version=1)
+    ours, theirs = socket.socketpair()
+    env = {"NRI_PLUGIN_NAME": "mixed-cpus-hook", "NRI_PLUGIN_IDX": "15", "NRI_PLUGIN_SOCKET": str(theirs.fileno())}
+    proc = _plugin_process(node, [], config_cache_dir, env=env, pass_fds=(theirs.fileno(),))
+    try:
+        theirs.close()
+        peer = RuntimePeer(ours)
+        peer.handshake()
+        assert (peer.registered[0].plugin_name, peer.registered[0].plugin_idx) == ("mixed-cpus-hook", "15")
+        ours.close()  # the runtime goes away: a pre-connected plugin cannot reconnect, it ends
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err

@@ -1,0 +1,270 @@
+"""The wire: ttrpc frames, the NRI mux, the NRI messages, against bytes built by hand from the specs.
+
+The hand encoder below is written from the protobuf encoding rules (tag = number << 3 | wire
+type; varints little-endian base 128; length-delimited fields) and the field numbers of
+containerd/nri pkg/api/api.proto and containerd/ttrpc request.proto, so these tests fail if
+a field number or a header layout in the package is wrong.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import List
+
+import pytest
+from google.protobuf.message import DecodeError
+
+from mixed_cpus_hook.nri import api, mux, ttrpc
+
+
+def varint(n: int) -> bytes:
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def vfield(num: int, value: int) -> bytes:
+    return varint(num << 3) + varint(value)
+
+
+def lfield(num: int, data: bytes) -> bytes:
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def s(num: int, text: str) -> bytes:
+    return lfield(num, text.encode())
+
+
+# -- ttrpc ------------------------------------------------------------------------------------
+
+def test_request_frame_by_hand() -> None:
+    data = s(1, "svc") + s(2, "Do") + lfield(3, b"\x01\x02") + vfield(4, 2_000_000_000)
+    expected = struct.pack(">IIBB", len(data), 5, 1, 0) + data
+    assert ttrpc.format_request(5, "svc", "Do", b"\x01\x02", timeout_nano=2_000_000_000) == expected
+
+
+def test_request_with_metadata_decodes() -> None:
+    data = s(1, "svc") + s(2, "Do") + lfield(5, s(1, "k") + s(2, "v"))
+    call = ttrpc.parse_request(ttrpc.Frame(3, ttrpc.TYPE_REQUEST, 0, data))
+    assert call == ttrpc.Call(3, "svc", "Do", b"", 0, (("k", "v"),))
+
+
+@pytest.mark.parametrize("code,message,payload,data", [
+    pytest.param(0, "", b"ok", lfield(1, b"") + lfield(2, b"ok"), id="ok-status-present-and-empty"),
+    pytest.param(12, "method X: not implemented", b"", lfield(1, vfield(1, 12) + s(2, "method X: not implemented")),
+                 id="unimplemented"),
+])
+def test_response_frame_by_hand(code: int, message: str, payload: bytes, data: bytes) -> None:
+    assert ttrpc.format_response(7, payload, code, message) == struct.pack(">IIBB", len(data), 7, 2, 0) + data
+
+
+def test_response_decodes_status() -> None:
+    data = lfield(1, vfield(1, 3) + s(2, "bad"))
+    with pytest.raises(ttrpc.RpcError) as err:
+        ttrpc.parse_response(ttrpc.Frame(1, ttrpc.TYPE_RESPONSE, 0, data))
+    assert (err.value.code, err.value.message) == (3, "bad")
+    assert ttrpc.parse_response(ttrpc.Frame(1, ttrpc.TYPE_RESPONSE, 0, lfield(2, b"xy"))) == b"xy"
+
+
+def test_frame_reader_any_split() -> None:
+    stream = (ttrpc.format_frame(1, 1, 0, b"abc") + ttrpc.format_frame(3, 3, 5, b"")
+              + ttrpc.format_frame(5, 2, 0, b"z" * 5000))
+    expected = [ttrpc.Frame(1, 1, 0, b"abc"), ttrpc.Frame(3, 3, 5, b""), ttrpc.Frame(5, 2, 0, b"z" * 5000)]
+    whole = ttrpc.FrameReader().feed(stream)
+    reader = ttrpc.FrameReader()
+    bytewise: List[ttrpc.Frame] = []
+    for i in range(len(stream)):
+        bytewise += reader.feed(stream[i:i + 1])
+    assert whole == bytewise == expected and reader.pending == 0
+
+
+def test_frame_reader_discards_oversized_and_goes_on() -> None:
+    reader = ttrpc.FrameReader(max_message=8)
+    frames = reader.feed(struct.pack(">IIBB", 20, 9, 1, 0) + b"x" * 12)
+    assert frames == [ttrpc.Frame(9, 1, 0, b"", discarded=20)] and reader.pending == 8
+    assert reader.feed(b"y" * 8 + ttrpc.format_frame(11, 1, 0, b"ok")) == [ttrpc.Frame(11, 1, 0, b"ok")]
+
+
+def test_format_frame_refuses_oversized() -> None:
+    with pytest.raises(ttrpc.ProtocolError, match=r"^ttrpc: message of 4194305 bytes exceeds the maximum of 4194304$"):
+        ttrpc.format_frame(1, 1, 0, b"\0" * (ttrpc.MAX_MESSAGE + 1))
+
+
+def echo_server(log: List[str]) -> ttrpc.Server:
+    return ttrpc.Server({("svc", "Echo"): lambda call: call.payload}, on_error=log.append)
+
+
+def request(sid: int, service: str = "svc", method: str = "Echo", payload: bytes = b"hi") -> ttrpc.Frame:
+    return ttrpc.FrameReader().feed(ttrpc.format_request(sid, service, method, payload))[0]
+
+
+def answer(out: bytes) -> ttrpc.RpcError:
+    frame = ttrpc.FrameReader().feed(out)[0]
+    assert frame.type == ttrpc.TYPE_RESPONSE
+    with pytest.raises(ttrpc.RpcError) as err:
+        ttrpc.parse_response(frame)
+    return err.value
+
+
+# Each case: frames sent after a good request on stream 1, then the status the last one gets.
+MALFORMED_FRAMES = [
+    pytest.param(ttrpc.Frame(2, 1, 0, b""), 3, "StreamID must be odd for client initiated streams", id="even-stream"),
+    pytest.param(ttrpc.Frame(1, 1, 0, b""), 3, "StreamID cannot be re-used and must increment", id="reused-stream"),
+    pytest.param(ttrpc.Frame(3, 3, 0, b"x"), 3, "StreamID is no longer active", id="data-frame"),
+    pytest.param(ttrpc.Frame(3, 1, 0, b"\xff\xff\xff"), 3, "unmarshal request error: ", id="undecodable-request"),
+    pytest.param(request(3, service="other"), 12, "service other: not implemented", id="unknown-service"),
+    pytest.param(request(3, method="Nope"), 12, "method Nope: not implemented", id="unknown-method"),
+    pytest.param(ttrpc.Frame(3, 1, 0, b"", discarded=5 << 20), 8,
+                 "message length 5242880 exceed maximum message size of 4194304", id="oversized"),
+]
+
+
+@pytest.mark.parametrize("frame,code,message", MALFORMED_FRAMES)
+def test_server_answers_malformed_and_keeps_serving(frame: ttrpc.Frame, code: int, message: str) -> None:
+    log: List[str] = []
+    server = echo_server(log)
+    assert ttrpc.parse_response(ttrpc.FrameReader().feed(server.handle(request(1)))[0]) == b"hi"
+    err = answer(server.handle(frame))
+    assert err.code == code and err.message.startswith(message), err.message
+    assert len(log) == 1 and message in log[0]
+    assert ttrpc.parse_response(ttrpc.FrameReader().feed(server.handle(request(5)))[0]) == b"hi"
+
+
+def test_server_ignores_a_response_frame() -> None:
+    log: List[str] = []
+    assert echo_server(log).handle(ttrpc.Frame(1, 2, 0, b"")) is None
+    assert log == ["ttrpc response on stream 1: ignored (a server only takes requests)"]
+
+
+@pytest.mark.parametrize("frame,message", [
+    pytest.param(ttrpc.Frame(9, 2, 0, b""), "ttrpc: response frame on stream 9, which no call of ours is waiting on",
+                 id="unknown-stream"),
+    pytest.param(ttrpc.Frame(1, 3, 0, b""), "ttrpc: data frame answers the unary call svc/M on stream 1", id="data"),
+])
+def test_client_refuses_unexpected_frames(frame: ttrpc.Frame, message: str) -> None:
+    client = ttrpc.Client()
+    client.request("svc", "M", b"")
+    with pytest.raises(ttrpc.ProtocolError) as err:
+        client.response(frame)
+    assert str(err.value) == message
+
+
+def test_client_numbers_odd_streams_and_matches() -> None:
+    client = ttrpc.Client()
+    assert [client.request("s", "m", b"")[0] for _ in range(3)] == [1, 3, 5]
+    resp = ttrpc.FrameReader().feed(ttrpc.format_response(3, b"p"))[0]
+    assert client.response(resp) == (3, "s/m", b"p", None)
+    err = client.response(ttrpc.FrameReader().feed(ttrpc.format_response(1, code=2, message="no"))[0])
+    assert err[:3] == (1, "s/m", None) and (err[3].code, err[3].message) == (2, "no")
+
+
+# -- mux --------------------------------------------------------------------------------------
+
+def test_mux_frames_by_hand_and_chunked() -> None:
+    assert mux.format_frames(2, b"abc") == b"\0\0\0\x02\0\0\0\x03abc"
+    data = bytes(range(256)) * 20  # 5120 bytes: one 4096-byte frame and one of 1024
+    out = mux.format_frames(1, data)
+    assert out == struct.pack(">II", 1, 4096) + data[:4096] + struct.pack(">II", 1, 1024) + data[4096:]
+
+
+def test_demux_any_split() -> None:
+    stream = mux.format_frames(1, b"x" * 5000) + mux.format_frames(2, b"yz")
+    demux = mux.Demux()
+    got = []
+    for i in range(0, len(stream), 7):
+        got += demux.feed(stream[i:i + 7])
+    assert got == [(1, b"x" * 4096), (1, b"x" * 904), (2, b"yz")] and demux.pending == 0
+
+
+@pytest.mark.parametrize("action,message", [
+    pytest.param(lambda: mux.Demux().feed(struct.pack(">II", 1, mux.MAX_PAYLOAD + 1)),
+                 "mux: frame of 4194315 bytes for connection 1 exceeds the maximum of 4194314", id="oversized"),
+    pytest.param(lambda: mux.format_frames(0, b"x"), "mux: connection id 0 is reserved", id="reserved-conn"),
+])
+def test_mux_malformed(action, message: str) -> None:
+    with pytest.raises(mux.MuxError) as err:
+        action()
+    assert str(err.value) == message
+
+
+# -- NRI messages -------------------------------------------------------------------------------
+
+def test_event_mask_matches_api_eventmask() -> None:
+    # api.EventMask.Set: bit (event - 1); CREATE 4, UPDATE 8, STOP 10, REMOVE 11
+    assert api.event_mask("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER") == \
+        (1 << 3) | (1 << 7) | (1 << 9) | (1 << 10)
+    assert api.ConfigureResponse(events=0x688).SerializeToString() == vfield(2, 0x688)
+
+
+def test_register_request_by_hand() -> None:
+    msg = api.RegisterPluginRequest(plugin_name="mixed-cpus-hook", plugin_idx="10")
+    assert msg.SerializeToString() == s(1, "mixed-cpus-hook") + s(2, "10")
+
+
+def cpu_bytes(cpus: str, quota: int, period: int) -> bytes:
+    return lfield(2, vfield(1, quota)) + lfield(3, vfield(1, period)) + s(6, cpus)
+
+
+def test_container_update_by_hand() -> None:
+    msg = api.ContainerUpdate(container_id="c1", ignore_failure=True)
+    msg.linux.resources.cpu.cpus = "0-3"
+    msg.linux.resources.cpu.quota.value = 400000
+    msg.linux.resources.cpu.period.value = 100000
+    linux = lfield(1, lfield(2, cpu_bytes("0-3", 400000, 100000)))  # LinuxContainerUpdate.resources.cpu
+    assert msg.SerializeToString() == s(1, "c1") + lfield(2, linux) + vfield(3, 1)
+
+
+def test_adjustment_by_hand() -> None:
+    msg = api.ContainerAdjustment()
+    msg.env.add(key="OPENSHIFT_ISOLATED_CPUS", value="2-3")
+    msg.linux.resources.cpu.cpus = "0-3"
+    msg.linux.resources.cpu.quota.value = -1
+    msg.linux.resources.cpu.period.value = 100000
+    expected = (lfield(4, s(1, "OPENSHIFT_ISOLATED_CPUS") + s(2, "2-3"))
+                + lfield(6, lfield(2, lfield(2, cpu_bytes("0-3", -1, 100000)))))
+    assert msg.SerializeToString() == expected
+
+
+def create_request_bytes(extra_container: bytes = b"") -> bytes:
+    pod = (s(1, "p1") + s(2, "du-0") + s(3, "uid-1") + s(4, "ran")
+           + lfield(6, s(1, "mixed-cpus.openshift.io/app") + s(2, "enable"))
+           + lfield(8, s(3, "/kubepods/poduid-1")))
+    container = (s(1, "c1") + s(2, "p1") + s(3, "app") + vfield(4, 1)
+                 + lfield(11, lfield(3, lfield(2, cpu_bytes("2", 100000, 100000))) + s(5, "/kubepods/poduid-1/c1"))
+                 + extra_container)
+    return lfield(1, pod) + lfield(2, container)
+
+
+def test_create_request_from_hand_bytes() -> None:
+    req = api.CreateContainerRequest.FromString(create_request_bytes())
+    assert (req.pod.id, req.pod.name, req.pod.uid, req.pod.namespace) == ("p1", "du-0", "uid-1", "ran")
+    assert dict(req.pod.annotations) == {"mixed-cpus.openshift.io/app": "enable"}
+    assert req.pod.linux.cgroup_parent == "/kubepods/poduid-1"
+    c = req.container
+    assert (c.id, c.pod_sandbox_id, c.name, c.state) == ("c1", "p1", "app", 1)
+    assert c.linux.cgroups_path == "/kubepods/poduid-1/c1"
+    cpu = c.linux.resources.cpu
+    assert (cpu.cpus, cpu.quota.value, cpu.period.value, cpu.HasField("shares")) == ("2", 100000, 100000, False)
+
+
+def test_newer_runtime_fields_are_skipped() -> None:
+    # Container.user = 21 (User{uid=1}), CDI_devices = 20, mounts = 9: not in our subset.
+    extra = lfield(21, vfield(1, 1000)) + lfield(20, s(1, "vendor/dev=0")) + lfield(9, s(1, "/data"))
+    req = api.CreateContainerRequest.FromString(create_request_bytes(extra))
+    assert req.container.name == "app" and req.container.linux.resources.cpu.cpus == "2"
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param(create_request_bytes()[:-3], id="truncated"),
+    pytest.param(b"\x0a\x80", id="length-past-end"),
+    pytest.param(b"\x07", id="wire-type-7"),
+])
+def test_malformed_message_raises_decode_error(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        api.CreateContainerRequest.FromString(data)
