@@ -19,11 +19,25 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 from mixed_cpus_hook import engine, records, watches
-from mixed_cpus_hook.config import load_config
+from mixed_cpus_hook.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
 from mixed_cpus_hook.errors import CgroupError
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "rpm" / "units"
+
+
+@pytest.fixture(autouse=True)
+def no_host_config_cache(tmp_path_factory: pytest.TempPathFactory, _fast_tmp_root: Any) -> Any:
+    """After each test: the host's config cache holds no entry for a config file of this session's tests."""
+    yield
+    roots = [str(tmp_path_factory.getbasetemp())] + ([_fast_tmp_root] if _fast_tmp_root else [])
+    encoded = [r.replace("%", "%25").replace("/", "%2F") for r in roots]
+    try:
+        entries = os.listdir(DEFAULT_CACHE_DIR)
+    except FileNotFoundError:
+        entries = []
+    leaked = [e for e in entries if any(e.startswith(x) for x in encoded)]
+    assert leaked == [], f"a test wrote the host's {DEFAULT_CACHE_DIR}: {leaked}"
 
 
 class FakeSystemd:
@@ -345,22 +359,26 @@ def test_settle_gives_up_on_a_writer_that_never_stops(node: Any, run_hook: Calla
 # -- the command line of the services -------------------------------------------------------------
 
 
-def test_main_reconcile_and_sync(node: Any, run_hook: Callable, reporter: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_reconcile_and_sync(node: Any, run_hook: Callable, reporter: Any, monkeypatch: pytest.MonkeyPatch,
+                                 config_cache_dir: str) -> None:
+    # The services' entry resolves the configuration from ``environ`` only: without the test's
+    # cache dir it would write the config cache into the host's /run/mixed-cpus-hook.
+    env = {CACHE_DIR_ENV: config_cache_dir}
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     apply(run_hook, node, paths)
     node.write(paths["rel"], "cpuset.cpus", "2-3")
     code = watches.main(["--config", node.config_path, "reconcile", "abc", "--settle", "0"],
-                        reporter=reporter.reporter, environ={})
+                        reporter=reporter.reporter, environ=env)
     assert code == 0 and node.read(paths["rel"], "cpuset.cpus") == "0-3"
     assert any(m.startswith("container abc: reapplied (its cgroup was written, seen by its watch units): ")
                and m.endswith("cpuset.cpus: 2-3 -> 0-3 (cpuset: exclusive 2-3 + shared 0-1)")
                for _p, m in reporter.sink.messages), reporter.sink.messages
     node.write(paths["rel"], "cpuset.cpus", "2-3")
     assert watches.main(["--config", node.config_path, "reconcile", "abc", "--settle", "0", "--why", "a test"],
-                        reporter=reporter.reporter, environ={}) == 0
+                        reporter=reporter.reporter, environ=env) == 0
     assert any(m.startswith("container abc: reapplied (a test): ") for _p, m in reporter.sink.messages)
     monkeypatch.setattr(watches, "Systemd", FakeSystemd)
-    assert watches.main(["--config", node.config_path, "sync"], reporter=reporter.reporter, environ={}) == 0
+    assert watches.main(["--config", node.config_path, "sync"], reporter=reporter.reporter, environ=env) == 0
     assert set(links(node, "abc")) == {"cpus", "quota", "pod-quota"}
 
 
