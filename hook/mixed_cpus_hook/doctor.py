@@ -434,6 +434,8 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "units": unit_facts,
         "cgroup": read_cgroup_facts(config),
         "mode": read_mode_facts(paths),
+        "namespaces": {"allowed": list(config.allowed_namespaces), "source": config.source},
+        "thread_affinity": read_affinity_facts(config),
     }
 
 
@@ -813,7 +815,90 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += _mode_findings(facts, shared)
     out += _unit_findings(facts)
     out += _cgroup_findings(facts)
+    out += _namespace_findings(facts)
+    out += _affinity_findings(facts)
     return out
+
+
+def _namespace_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """allowed_namespaces is opt-in: "*" lets any tenant take CPU time the scheduler never counted."""
+    ns = facts.get("namespaces")
+    if not ns or facts["config"].get("error"):
+        return []
+    allowed, where = ns.get("allowed") or [], ns.get("source") or "the configuration"
+    edit = f"list the namespaces that may ask in 'allowed_namespaces' ({where})"
+    if "*" in allowed:
+        return [Finding("allowed-namespaces", WARNING, "\"*\": every namespace may ask for the shared CPUs, which "
+                        "the scheduler does not count", edit + " instead of \"*\"")]
+    if not allowed:
+        return [Finding("allowed-namespaces", WARNING, "none listed: no pod may ask for mixed CPUs", edit)]
+    return [Finding("allowed-namespaces", OK, f"{', '.join(allowed)} (from {where})")]
+
+
+def read_affinity_facts(config: Config) -> Optional[Dict[str, Any]]:
+    """The thread-affinity probe on the real cgroup file system (None on a fake node: nothing mounted there).
+
+    Its verdict is also left in ``<state_dir>/thread-affinity`` for the engine (status' "pins may be lost").
+    """
+    from .affinity import CANNOT_TELL, probe
+
+    root = os.path.realpath(config.cgroup_root)
+    if not _is_cgroup_mount(root):
+        return None
+    result = probe(root)
+    if result.verdict != CANNOT_TELL:
+        _save_verdict(config.state_dir, result.verdict)
+    return dict(result._asdict())
+
+
+def _is_cgroup_mount(root: str) -> bool:
+    """``root`` or a directory right below it is a cgroup or cgroup2 mount (/proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) > 4 and right.split()[:1] in (["cgroup"], ["cgroup2"]) and (
+                        fields[4] == root or os.path.dirname(fields[4]) == root):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _save_verdict(state_dir: str, verdict: str) -> None:
+    """Best effort, atomic, never through a symlink: the engine falls back to the kernel version."""
+    try:
+        os.makedirs(state_dir, mode=0o755, exist_ok=True)
+        tmp = os.path.join(state_dir, f".thread-affinity.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, f"{verdict}\n".encode("ascii"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(state_dir, "thread-affinity"))
+    except OSError:
+        pass
+
+
+def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """Whether a cpuset shrink and regrow (kubelet's rewrite, then the hook's reapply) keeps thread pins."""
+    from .affinity import KEPT, WIDENED
+
+    probe = facts.get("thread_affinity")
+    if not probe:
+        return []
+    seen = f"kernel {probe['kernel']}, cgroup v{probe['cgroup_version']}: {probe['detail']}"
+    if probe["verdict"] == KEPT:
+        return [Finding("thread-affinity", OK, f"pins survive a cpuset shrink and regrow ({seen})")]
+    if probe["verdict"] == WIDENED:
+        return [Finding("thread-affinity", WARNING, f"pins are lost when a cpuset shrinks and regrows ({seen}): in "
+                        "hook mode every kubelet rewrite followed by the reapply spreads an application's pinned "
+                        "threads over the whole mixed set (kernels before 6.2)",
+                        f"use NRI mode (`systemctl enable --now {NRI_UNIT}`), which never shrinks the set, or a "
+                        "kernel 6.2 or later")]
+    return [Finding("thread-affinity", WARNING, f"cannot tell whether pins survive a cpuset shrink ({seen})",
+                    "run `mixed-cpus-hook check` as root on the node")]
 
 
 def worst(findings: Iterable[Finding]) -> str:

@@ -116,19 +116,50 @@ def default_config_text(role: str) -> str:
     )
 
 
+def format_allowed_namespaces(globs: Sequence[str]) -> str:
+    """The ``allowed_namespaces`` setting as YAML lines (each glob JSON-quoted: valid YAML)."""
+    import json
+
+    return ("# Namespaces whose pods may ask (--allow-namespace); every other namespace is refused.\n"
+            "allowed_namespaces:\n" + "".join(f"  - {json.dumps(g)}\n" for g in globs))
+
+
+def compute_config_text(config_text: str, allowed_namespaces: Sequence[str], config: Config,
+                        config_where: str) -> str:
+    """``config_text`` with the ``--allow-namespace`` globs added (or checked against its own list)."""
+    globs = list(dict.fromkeys(allowed_namespaces))
+    for glob in globs:
+        if not glob or "\n" in glob:
+            raise UsageError(f"{glob!r} is not a namespace glob", "--allow-namespace")
+    if not globs:
+        return config_text
+    import yaml
+
+    if "allowed_namespaces" in (yaml.safe_load(config_text) or {}):
+        if list(config.allowed_namespaces) != globs:
+            raise ConfigError(
+                f"setting 'allowed_namespaces' is {', '.join(config.allowed_namespaces)}, but --allow-namespace is "
+                f"{', '.join(globs)}: drop one or make them equal", config_where)
+        return config_text
+    sep = "" if not config_text or config_text.endswith("\n") else "\n"
+    return config_text + sep + format_allowed_namespaces(globs)
+
+
 def _file(path: str, data: bytes, mode: int) -> Dict[str, Any]:
     return {"path": path, "mode": mode, "overwrite": True, "contents": {"source": encode_data_url(data)}}
 
 
 def compute_machineconfig(role: str, shared_cpus: str, config_text: Optional[str] = None,
                           config_where: str = "--config", units: Iterable[str] = DEFAULT_UNITS,
-                          name: Optional[str] = None, config_path: str = DEFAULT_CONFIG_PATH) -> Dict[str, Any]:
+                          name: Optional[str] = None, config_path: str = DEFAULT_CONFIG_PATH,
+                          allowed_namespaces: Sequence[str] = ()) -> Dict[str, Any]:
     """The MachineConfig as a dict, ready for YAML or JSON.
 
     ``shared_cpus`` is a cpulist; ``config_text`` the YAML to lay down (None: a comments-only
     file). The configuration is validated; when it names ``shared_cpus_file`` the shared CPUs go
     there, and when it sets ``shared_cpus`` itself that value must equal ``shared_cpus``.
-    Raises UsageError or ConfigError.
+    ``allowed_namespaces`` (``--allow-namespace``) is added to the configuration; one that lists
+    its own namespaces must list the same. Raises UsageError or ConfigError.
     """
     if not ROLE_RE.match(role) or len(role) > 63:
         raise UsageError(f"role {role!r} is not a DNS label (lower-case letters, digits, '-')", "--role")
@@ -139,6 +170,10 @@ def compute_machineconfig(role: str, shared_cpus: str, config_text: Optional[str
     if config_text is None:
         config_text = default_config_text(role)
     config: Config = parse_config_text(config_text, config_where)
+    with_namespaces = compute_config_text(config_text, allowed_namespaces, config, config_where)
+    if with_namespaces != config_text:
+        config_text = with_namespaces
+        config = parse_config_text(config_text, config_where)
     if config.shared_cpus is not None:
         set_in_config = parse_cpulist(config.shared_cpus, f"{config_where}: setting 'shared_cpus'")
         if set_in_config != cpus:
@@ -177,6 +212,12 @@ def compute_machineconfig(role: str, shared_cpus: str, config_text: Optional[str
 def embedded_files(mc: Dict[str, Any]) -> Dict[str, bytes]:
     """path -> contents of every file in a MachineConfig (for tests and for a look before applying)."""
     return {f["path"]: decode_data_url(f["contents"]["source"]) for f in mc["spec"]["config"]["storage"]["files"]}
+
+
+def mc_allowed_namespaces(mc: Dict[str, Any], config_path: str = DEFAULT_CONFIG_PATH) -> Tuple[str, ...]:
+    """The allowed_namespaces of the configuration a MachineConfig lays down."""
+    text = embedded_files(mc)[config_path].decode("utf-8")
+    return parse_config_text(text, config_path).allowed_namespaces
 
 
 def render(mc: Dict[str, Any], fmt: str = "yaml") -> str:

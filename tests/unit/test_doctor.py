@@ -174,7 +174,7 @@ def test_healthy_node(dnode: DoctorNode) -> None:
     checks = [f.check for f in findings]
     assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
                        "cpu-manager-state", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
-                      + [f"unit:{u}" for u in UNITS] + ["cgroup"])
+                      + [f"unit:{u}" for u in UNITS] + ["cgroup", "allowed-namespaces"])
     assert all(f.fix == "" for f in findings)
     assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")
     assert f"cgroup v{dnode.node.version}" in by_check(findings, "cgroup").message
@@ -596,6 +596,43 @@ def test_crio_shared_cpuset_differs(dnode: DoctorNode) -> None:
 def test_when_problem(when: Any, prefix: str, problem: Optional[str]) -> None:
     got = when_problem(when, prefix)
     assert (got is None) if problem is None else (problem in (got or ""))
+
+
+NAMESPACES = [
+    pytest.param(["ran", "du-*"], OK, "ran, du-* (from {config})", "", id="listed"),
+    pytest.param(["ran", "*"], WARNING, "\"*\": every namespace may ask", "instead of \"*\"", id="star-warns"),
+    pytest.param([], WARNING, "none listed: no pod may ask for mixed CPUs", "'allowed_namespaces' ({config})",
+                 id="empty-warns"),
+]
+
+
+@pytest.mark.parametrize("allowed,status,message,fix", NAMESPACES)
+def test_allowed_namespaces(dnode: DoctorNode, allowed: List[str], status: str, message: str, fix: str) -> None:
+    dnode.node.configure(allowed_namespaces=allowed)
+    f = by_check(findings_of(dnode), "allowed-namespaces")
+    config = dnode.node.config_path
+    assert (f.status, message.format(config=config) in f.message, fix.format(config=config) in f.fix) == (
+        status, True, True), f
+
+
+PROBES = [
+    pytest.param("kept", OK, "pins survive a cpuset shrink and regrow (kernel 6.18, cgroup v1: seen)", "",
+                 id="kept"),
+    pytest.param("widened", WARNING, "pins are lost when a cpuset shrinks and regrows (kernel 6.18, cgroup v1: seen)",
+                 "use NRI mode (`systemctl enable --now mixed-cpus-hook-nri.service`), which never shrinks the set",
+                 id="widened-says-nri-mode"),
+    pytest.param("cannot-tell", WARNING, "cannot tell whether pins survive", "as root", id="cannot-tell"),
+]
+
+
+@pytest.mark.parametrize("verdict,status,message,fix", PROBES)
+def test_thread_affinity_finding(dnode: DoctorNode, verdict: str, status: str, message: str, fix: str) -> None:
+    facts = read_facts(dnode.paths())
+    assert facts["thread_affinity"] is None  # a fake node has no cgroup mount: the probe does not run
+    assert "thread-affinity" not in [f.check for f in compute_findings(facts)]
+    facts["thread_affinity"] = {"verdict": verdict, "detail": "seen", "kernel": "6.18", "cgroup_version": 1}
+    f = by_check(compute_findings(facts), "thread-affinity")
+    assert (f.status, message in f.message, fix in f.fix) == (status, True, True), f
 
 
 def test_format_table() -> None:

@@ -163,6 +163,50 @@ def test_shared_cpus_setting_must_agree() -> None:
     assert info.value.where == "my.yaml"
 
 
+ALLOW = [
+    pytest.param(None, ["ran", "ran-*"], ("ran", "ran-*"), id="default-config-gets-the-list"),
+    pytest.param("failure_policy: ignore\n", ["du"], ("du",), id="added-to-a-given-config"),
+    pytest.param("failure_policy: ignore", ["du"], ("du",), id="given-config-without-final-newline"),
+    pytest.param("allowed_namespaces: [du]\n", ["du", "du"], ("du",), id="same-as-the-config-and-deduplicated"),
+    pytest.param("allowed_namespaces: [du]\n", [], ("du",), id="config-alone"),
+    pytest.param(None, ["it's-\"odd\""], ("it's-\"odd\"",), id="quoted-safely"),
+    pytest.param(None, [], (), id="none-at-all"),
+]
+
+
+@pytest.mark.parametrize("config,globs,expected", ALLOW)
+def test_allow_namespace(ignition_validator: Any, config: Any, globs: list, expected: tuple) -> None:
+    mc = compute_machineconfig("worker", "2-3", config_text=config, allowed_namespaces=globs)
+    validate_mc(ignition_validator, mc)
+    text = embedded_files(mc)[DEFAULT_CONFIG_PATH].decode()
+    assert parse_config_text(text, "x").allowed_namespaces == expected
+    if config is not None:
+        assert text.startswith(config)
+
+
+@pytest.mark.parametrize("config,globs,exc,match", [
+    pytest.param("allowed_namespaces: [du]\n", ["ran"], ConfigError,
+                 "setting 'allowed_namespaces' is du, but --allow-namespace is ran", id="disagrees-with-config"),
+    pytest.param(None, [""], UsageError, "'' is not a namespace glob", id="empty-glob"),
+    pytest.param(None, ["a\nb: 1"], UsageError, "is not a namespace glob", id="newline-injection"),
+])
+def test_allow_namespace_refused(config: Any, globs: list, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        compute_machineconfig("worker", "2-3", config_text=config, allowed_namespaces=globs)
+
+
+def test_cli_allow_namespace_repeatable_and_warns_without(run_cli: Any) -> None:
+    res = run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3", "--allow-namespace", "ran",
+                   "--allow-namespace", "du-*"])
+    assert res.code == 0, res.err
+    assert res.err == ""
+    text = embedded_files(yaml.safe_load(res.out))[DEFAULT_CONFIG_PATH].decode()
+    assert parse_config_text(text, "x").allowed_namespaces == ("ran", "du-*")
+    res = run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3"])
+    assert res.code == 0
+    assert "lists no allowed_namespaces: no pod may ask for mixed CPUs (add --allow-namespace GLOB)" in res.err
+
+
 @pytest.mark.parametrize("role,shared,config,exc,match", [
     ("Worker", "2-3", None, UsageError, "not a DNS label"),
     ("worker_1", "2-3", None, UsageError, "not a DNS label"),
