@@ -10,13 +10,16 @@ import os
 import time
 
 from . import cgroups as cg
+from .cgroups import Quota
 from .config import Config, load_shared_cpus, read_online_cpus
 from .cpuset import format_cpulist, parse_cpulist, require_subset
 from .errors import CgroupError, HookError, RecordError, WriteError
 from .log import Reporter
 from .oci import State, load_spec
-from .plan import Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_release, describe
-from .records import SCHEMA_VERSION, delete_record, list_records, load_record, mark_pending, save_record, state_lock
+from .plan import (Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_quota, compute_release,
+                   describe)
+from .records import (SCHEMA_VERSION, delete_record, list_records, load_record, mark_pending,
+                      remove_stale_temporaries, save_record, state_lock)
 from .request import compute_request
 
 TYPE_CHECKING = False
@@ -37,24 +40,97 @@ MAX_SETTLE_ROUNDS = 10
 class Outcome(NamedTuple):
     """What one command did for one container: status and one line per write (or plan)."""
 
-    status: str  # skipped | not-applicable | in-sync | applied | planned | released | gone
+    # skipped | not-applicable | conflict | in-sync | applied | planned | released | gone | broken | error
+    status: str
     lines: Tuple[str, ...] = ()
 
 
 class NodeView(NamedTuple):
-    """Facts about the node every command needs: the cgroup layout and the shared CPUs."""
+    """Facts about the node every command needs: the cgroup layout, the shared CPUs, kubelet's record."""
 
     layout: cg.Layout
     shared: FrozenSet[int]
     shared_where: str
+    online: FrozenSet[int] = frozenset()
+    checkpoint: Optional[Any] = None  # kubelet.Checkpoint of the static policy, or None
+    checkpoint_note: str = ""  # why the checkpoint is not used, when it exists but is refused
+
+
+class ContainerFacts(NamedTuple):
+    """A container as an NRI runtime describes it, in plain data (see docs: the engine contract)."""
+
+    id: str
+    annotations: Dict[str, str]
+    cpus: FrozenSet[int]
+    quota: Optional[int]
+    period: int
+    cgroups_path: str
+    pod_cgroup: str
+
+
+class Adjustment(NamedTuple):
+    """What the NRI plugin answers the runtime with for one container."""
+
+    cpus: FrozenSet[int]
+    quota: Optional[int]
+    period: int
+    exclusive: FrozenSet[int]
+    shared: FrozenSet[int]
+    env: Tuple[Tuple[str, str], ...]
+    lines: Tuple[str, ...] = ()
+
+
+DEFAULT_PERIOD = 100000
+# An NRI record is made before runc creates the container's cgroup: it is not forgotten as
+# "cgroup gone" until it is this old (a creation that failed leaves such a record behind).
+CREATE_GRACE = 120.0
+ISOLATED_ENV = "OPENSHIFT_ISOLATED_CPUS"
+SHARED_ENV = "OPENSHIFT_SHARED_CPUS"
 
 
 def read_node(config: Config) -> NodeView:
-    """Shared CPUs (must be online) and the cgroup layout."""
+    """Shared CPUs (must be online), the cgroup layout and kubelet's CPU manager checkpoint."""
     shared, where = load_shared_cpus(config)
     online = read_online_cpus(config.sys_root)
     require_subset(shared, online, "shared CPUs (offline or absent)", where)
-    return NodeView(cg.read_layout(config.cgroup_root), shared, where)
+    checkpoint, note = read_checkpoint(config)
+    return NodeView(cg.read_layout(config.cgroup_root), shared, where, online, checkpoint, note)
+
+
+def read_checkpoint(config: Config) -> Tuple[Optional[Any], str]:
+    """kubelet's checkpoint when it exists and is of the static policy; else None and why.
+
+    A checkpoint that cannot be read or is not of kubelet's shape is refused with a note (the
+    run falls back to the records and the cgroup); kubelet writes it atomically, so a
+    half-written file is never seen.
+    """
+    path = getattr(config, "kubelet_state_file", "") or ""
+    if not path:
+        return None, ""
+    from .kubelet import load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(path)
+    except HookError as exc:
+        return None, f"kubelet checkpoint refused, using the records and cgroups instead: {exc}"
+    if ckpt is None:
+        return None, ""
+    if ckpt.policy != "static":
+        return None, f"kubelet checkpoint {path}: policy {ckpt.policy!r}, not 'static': not used"
+    return ckpt, ""
+
+
+def _assigned(node: NodeView, pod_uid: str, container: str, where: str) -> Optional[FrozenSet[int]]:
+    """This container's entry in kubelet's checkpoint (online CPUs only), or None without one."""
+    if node.checkpoint is None or not pod_uid or not container:
+        return None
+    from .kubelet import compute_assigned
+
+    cpus = compute_assigned(node.checkpoint, pod_uid, container)
+    if cpus is not None and node.online:
+        require_subset(cpus, node.online, f"kubelet checkpoint entry {pod_uid}/{container} (offline CPUs)",
+                       node.checkpoint.where)
+    return cpus
 
 
 def observe(layout: cg.Layout, dirs: cg.Dirs, pod: Optional[cg.Dirs]) -> Observed:
@@ -66,7 +142,7 @@ def observe(layout: cg.Layout, dirs: cg.Dirs, pod: Optional[cg.Dirs]) -> Observe
     return Observed(cg.read_cpus(layout, dirs.cpuset), cg.read_quota(layout, dirs.cpu), pod_quota, anc)
 
 
-def execute(layout: cg.Layout, writes: Tuple[Write, ...], dirs: cg.Dirs, desired: FrozenSet[int]) -> None:
+def execute(layout: cg.Layout, writes: Tuple[Write, ...], dirs: Optional[cg.Dirs], desired: FrozenSet[int]) -> None:
     """Write in order and verify; on any failure put back what was written, newest first."""
     done: List[Write] = []
     try:
@@ -86,7 +162,7 @@ def execute(layout: cg.Layout, writes: Tuple[Write, ...], dirs: cg.Dirs, desired
         raise WriteError(f"{exc.message}{note}", exc.where) from None
 
 
-def verify(layout: cg.Layout, writes: Tuple[Write, ...], dirs: cg.Dirs, desired: FrozenSet[int]) -> None:
+def verify(layout: cg.Layout, writes: Tuple[Write, ...], dirs: Optional[cg.Dirs], desired: FrozenSet[int]) -> None:
     """Read back every written file; on v2 the effective cpuset must be what we asked for."""
     for w in writes:
         got = cg.read_text(w.path)
@@ -96,7 +172,7 @@ def verify(layout: cg.Layout, writes: Tuple[Write, ...], dirs: cg.Dirs, desired:
             same = got.split() == w.new.split()
         if not same:
             raise WriteError(f"wrote {w.new!r} but it reads back {got!r}", w.path)
-    if layout.version == 2 and writes:
+    if layout.version == 2 and dirs is not None and any(w.path == cg.cpuset_file(layout, dirs.cpuset) for w in writes):
         eff = cg.read_effective_cpus(layout, dirs.cpuset)
         if eff != desired:
             raise WriteError(
@@ -107,11 +183,20 @@ def verify(layout: cg.Layout, writes: Tuple[Write, ...], dirs: cg.Dirs, desired:
 def _quota_state(doc: Any) -> Optional[QuotaState]:
     if not isinstance(doc, dict):
         return None
-    return QuotaState(doc.get("base"), doc.get("applied"), doc.get("period", 0))
+    return QuotaState(doc.get("base"), doc.get("applied"), doc.get("period", 0), tuple(doc.get("ours") or ()))
 
 
 def _quota_doc(q: Optional[QuotaState]) -> Optional[Dict[str, Any]]:
-    return None if q is None else {"base": q.base, "applied": q.applied, "period": q.period}
+    if q is None:
+        return None
+    return {"base": q.base, "applied": q.applied, "period": q.period, "ours": [v for v in q.ours if v is not None]}
+
+
+def _settled(q: Optional[QuotaState]) -> Optional[QuotaState]:
+    """The bookkeeping once its write is verified: only the value now in the file is ours."""
+    if q is None:
+        return None
+    return q._replace(ours=(q.applied,) if q.applied is not None else ())
 
 
 def _dirs(doc: Any, layout: cg.Layout, what: str) -> Optional[cg.Dirs]:
@@ -130,79 +215,188 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _age(stamp: Any) -> float:
+    """Seconds since a record timestamp (infinite when it cannot be read); not on the hook path."""
+    import calendar
+
+    try:
+        return time.time() - calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return float("inf")
+
+
+def kernel_keeps_pins(state_dir: str) -> bool:
+    """Whether a cpuset shrink and regrow keeps the threads' own affinity (Linux 6.2+).
+
+    ``check`` measures it and leaves its finding in ``<state_dir>/thread-affinity``
+    ("kept" or "widened"); without that, the kernel version decides.
+    """
+    try:
+        with open(os.path.join(state_dir, "thread-affinity"), "rb") as f:
+            found = f.read(64).decode("ascii", "replace").strip()
+        if found in ("kept", "widened"):
+            return found == "kept"
+    except OSError:
+        pass
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) >= (6, 2)
+
+
+class _PodView(NamedTuple):
+    key: Optional[str]
+    record: Optional[Dict[str, Any]]
+    members: List[str]
+
+
+def _load_pod(config: Config, cid: str, pod: Optional[cg.Dirs], adding: bool) -> _PodView:
+    key = _pod_key(pod)
+    if key is None:
+        return _PodView(None, None, [])
+    rec = load_record(config.state_dir, "pods", key)
+    members = list(rec["members"]) if rec else []
+    if adding and cid not in members:
+        members = sorted(set(members) | {cid})
+    return _PodView(key, rec, members)
+
+
 def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional[cg.Dirs],
           spec_cpus: Optional[FrozenSet[int]], prev: Optional[Dict[str, Any]], identity: Dict[str, str],
-          dry_run: bool, reporter: Reporter, reason: str) -> Outcome:
-    """Bring one container to its mixed set; the caller holds the state lock (unless dry-run)."""
+          dry_run: bool, reporter: Reporter, reason: str, adding: bool, mode: str = "hook",
+          podv: Optional[_PodView] = None) -> Outcome:
+    """Bring one container to its mixed set; the caller holds the state lock (unless dry-run).
+
+    Crash safety: the records, with every quota value about to be written listed as ours,
+    are saved before the first cgroup write; once the writes are verified, the values
+    replaced are dropped from ``ours``. So whatever instant a run dies at, the next one tells
+    its own writes from kubelet's and never adds a share twice.
+    """
     layout, shared = node.layout, node.shared
     prev_pair = None
     if prev is not None:
         prev_pair = (parse_cpulist(prev["exclusive"], "record"), parse_cpulist(prev["shared"], "record"))
-    pod_key = _pod_key(pod)
-    pod_rec = load_record(config.state_dir, "pods", pod_key) if pod_key else None
-    members = sorted(set(pod_rec["members"] if pod_rec else []) | {cid}) if pod_key else []
+    if podv is None:
+        podv = _load_pod(config, cid, pod, adding)
+    assigned = _assigned(node, identity.get("pod_uid", ""), identity.get("container", ""), f"container {cid}")
     lines: List[str] = []
+    notes: List[str] = []
+    pins_lost = False
     for _ in range(MAX_PASSES):
         observed = observe(layout, dirs, pod)
-        exclusive = compute_exclusive(spec_cpus, observed.cpus, shared, prev_pair)
-        if exclusive is None:
-            return Outcome("not-applicable", (
-                f"container {cid} has no exclusive CPUs (cpuset {format_cpulist(observed.cpus) or 'empty'}"
-                f" overlaps or lacks the shared {format_cpulist(shared)}): it already runs on the shared pool",))
+        decision = compute_exclusive(assigned, spec_cpus, observed.cpus, shared, prev_pair)
+        if decision.note and decision.note not in notes:
+            notes.append(decision.note)
+            if not dry_run and decision.cpus is not None:
+                reporter.emit("warning", f"container {cid}: {decision.note}", to_stream=False)
+        if decision.cpus is None:
+            return Outcome(decision.kind, (f"container {cid} {'has no exclusive CPUs: ' if decision.kind == 'not-applicable' else ''}"
+                                           f"{decision.note}",))
+        exclusive = decision.cpus
+        source = _source(decision, prev)
         prev_quota = _quota_state(prev.get("quota")) if prev else None
-        prev_pod_quota = _quota_state(pod_rec.get("quota")) if pod_rec else None
+        prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
         plan = compute_plan(layout, dirs, pod, observed, exclusive, shared, prev_quota, prev_pod_quota,
-                            len(members))
-        record = {
-            "schema": SCHEMA_VERSION, "id": cid, **identity,
-            "cgroup_version": layout.version,
-            "cgroup": {"cpuset": dirs.cpuset, "cpu": dirs.cpu},
-            "pod_cgroup": None if pod is None else {"cpuset": pod.cpuset, "cpu": pod.cpu},
-            "pod_key": pod_key,
-            "exclusive": format_cpulist(exclusive), "shared": format_cpulist(shared),
-            "desired": format_cpulist(plan.desired),
-            "quota": _quota_doc(plan.quota),
-            "created": (prev or {}).get("created") or _now(),
-        }
-        new_pod = None
-        if pod_key:
-            new_pod = {"schema": SCHEMA_VERSION, "key": pod_key,
-                       "cgroup": {"cpuset": pod.cpuset, "cpu": pod.cpu},
-                       "quota": _quota_doc(plan.pod_quota), "members": members}
+                            len(podv.members))
         if dry_run:
             return Outcome("planned" if plan.writes else "in-sync", tuple(describe(plan.writes)))
-        same = prev is not None and {k: v for k, v in prev.items() if k != "updated"} == record
-        if not same or (new_pod is not None and pod_rec != new_pod):
-            record["updated"] = _now()
-            # The records go first: a hook killed between the two leaves a record that
-            # reconcile can finish from; the cgroup writes are rolled back on failure.
-            save_record(config.state_dir, "containers", cid, record)
-            if new_pod is not None:
-                save_record(config.state_dir, "pods", pod_key, new_pod)
+        cpuset_path = cg.cpuset_file(layout, dirs.cpuset)
+        grows_back = prev is not None and any(w.path == cpuset_path for w in plan.writes) and observed.cpus < plan.desired
+        if grows_back and not pins_lost:
+            pins_lost = not kernel_keeps_pins(config.state_dir)
+        record = _container_doc(cid, identity, layout, dirs, pod, podv.key, exclusive, source, shared,
+                                plan.desired, plan.quota, prev, mode, pins_lost)
+        if plan.writes and not adding:
+            record["last_reapply"] = _now()
+            record["reapplies"] = int(record["reapplies"]) + 1
+        new_pod = _pod_doc(podv.key, pod, plan.pod_quota, podv.members)
+        _save_changed(config, cid, prev, record, podv, new_pod)
         if not plan.writes:
             break
         try:
             execute(layout, plan.writes, dirs, plan.desired)
         except HookError:
-            _restore_records(config, cid, prev, pod_key, pod_rec)
+            _restore_records(config, cid, prev, podv.key, podv.record)
             raise
         written = describe(plan.writes)
         lines.extend(written)
         for line in written:
             reporter.emit("info", f"container {cid}: {reason}: {line}", to_stream=False)
-        prev, prev_pair, pod_rec, spec_cpus = record, (exclusive, shared), new_pod, None
+        # Verified: the replaced values are no longer ours.
+        final = dict(record, quota=_quota_doc(_settled(plan.quota)))
+        final_pod = None if new_pod is None else dict(new_pod, quota=_quota_doc(_settled(plan.pod_quota)))
+        _save_changed(config, cid, record, final, _PodView(podv.key, new_pod, podv.members), final_pod)
+        prev, prev_pair, spec_cpus = final, (exclusive, shared), None
+        podv = _PodView(podv.key, final_pod, podv.members)
     else:
         raise CgroupError(f"still changing after {MAX_PASSES} passes; something else keeps rewriting it", dirs.cpuset)
     return Outcome("applied" if lines else "in-sync", tuple(lines))
 
 
+def _source(decision: Any, prev: Optional[Dict[str, Any]]) -> str:
+    """Where the exclusive set came from: "record" only restates what the record already says."""
+    if (prev is not None and prev.get("exclusive_source") and decision.source != "kubelet-checkpoint"
+            and decision.cpus is not None and format_cpulist(decision.cpus) == prev.get("exclusive")):
+        return str(prev["exclusive_source"])
+    return decision.source
+
+
+def _container_doc(cid: str, identity: Dict[str, str], layout: cg.Layout, dirs: cg.Dirs, pod: Optional[cg.Dirs],
+                   pod_key: Optional[str], exclusive: FrozenSet[int], source: str, shared: FrozenSet[int],
+                   desired: FrozenSet[int], quota: Optional[QuotaState], prev: Optional[Dict[str, Any]], mode: str,
+                   pins_lost: bool, phase: str = "applied") -> Dict[str, Any]:
+    old = prev or {}
+    return {
+        "schema": SCHEMA_VERSION, "id": cid, **identity,
+        "mode": old.get("mode", mode), "phase": phase,
+        "cgroup_version": layout.version,
+        "cgroup": {"cpuset": dirs.cpuset, "cpu": dirs.cpu},
+        "pod_cgroup": None if pod is None else {"cpuset": pod.cpuset, "cpu": pod.cpu},
+        "pod_key": pod_key,
+        "exclusive": format_cpulist(exclusive), "exclusive_source": source, "shared": format_cpulist(shared),
+        "desired": format_cpulist(desired),
+        "quota": _quota_doc(quota),
+        "created": old.get("created") or _now(),
+        "updated": old.get("updated") or _now(),
+        "last_reapply": old.get("last_reapply"),
+        "reapplies": old.get("reapplies", 0),
+        "pins_maybe_lost": bool(old.get("pins_maybe_lost", False) or pins_lost),
+    }
+
+
+def _pod_doc(key: Optional[str], pod: Optional[cg.Dirs], quota: Optional[QuotaState],
+             members: List[str]) -> Optional[Dict[str, Any]]:
+    if key is None or pod is None:
+        return None
+    return {"schema": SCHEMA_VERSION, "key": key, "cgroup": {"cpuset": pod.cpuset, "cpu": pod.cpu},
+            "quota": _quota_doc(quota), "members": members}
+
+
+def _save_changed(config: Config, cid: str, prev: Optional[Dict[str, Any]], record: Dict[str, Any],
+                  podv: _PodView, new_pod: Optional[Dict[str, Any]]) -> None:
+    """Save what differs: the container record first (it is what garbage collection finds),
+    then the pod's; ``updated`` changes only when something else did."""
+    ignore = ("updated",)
+    if prev is None or {k: v for k, v in prev.items() if k not in ignore} != {
+            k: v for k, v in record.items() if k not in ignore}:
+        record["updated"] = _now()
+        save_record(config.state_dir, "containers", cid, record)
+    if new_pod is not None and podv.record != new_pod:
+        save_record(config.state_dir, "pods", podv.key, new_pod)
+
+
 def _restore_records(config: Config, cid: str, prev: Optional[Dict[str, Any]], pod_key: Optional[str],
                      pod_rec: Optional[Dict[str, Any]]) -> None:
+    """After a rolled-back write: the records as they were. Deleting always works (a full disk)."""
     try:
         if prev is None:
             delete_record(config.state_dir, "containers", cid)
         else:
             save_record(config.state_dir, "containers", cid, prev)
+    except HookError:
+        pass
+    try:
         if pod_key:
             if pod_rec is None:
                 delete_record(config.state_dir, "pods", pod_key)
@@ -212,27 +406,48 @@ def _restore_records(config: Config, cid: str, prev: Optional[Dict[str, Any]], p
         pass
 
 
+def _identity(request: Any) -> Dict[str, str]:
+    return {"namespace": request.namespace, "pod": request.pod, "container": request.container,
+            "pod_uid": request.pod_uid}
+
+
+def _check_pod(pod: Optional[cg.Dirs], pod_uid: str, where: str) -> None:
+    """The pod cgroup the container sits in must be the pod its annotations name."""
+    if pod is None or not pod_uid:
+        return
+    matches = getattr(cg, "compute_pod_matches", None)
+    if matches is not None and not matches(os.path.basename(pod.cpu), pod_uid):
+        raise CgroupError(f"the container's pod cgroup {pod.cpu} is not the cgroup of pod {pod_uid} "
+                          "that its annotations name", where)
+
+
 def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool = False) -> Outcome:
     """The createRuntime hook: give an asking container exclusive ∪ shared and raise quotas."""
     spec = load_spec(state.bundle)
     annotations = state.annotations if state.has_annotations else spec.annotations
     where = f"pod {annotations.get('io.kubernetes.pod.namespace', '?')}/{annotations.get('io.kubernetes.pod.name', '?')}"
-    request = compute_request(annotations, config.annotation_prefix, config.allowed_namespaces, where)
+    request = _compute_request(annotations, config, where, reporter, state.id)
     if request is None:
         return Outcome("skipped")
     node = read_node(config)
-    dirs, _how = cg.locate_container(node.layout, state.id, state.pid, spec.cgroups_path, config.proc_root,
-                                     os.path.join(state.bundle, "config.json"))
+    if node.checkpoint_note:
+        reporter.warning(node.checkpoint_note)
+    spec_where = os.path.join(state.bundle, "config.json")
+    dirs, _how = cg.locate_container(node.layout, state.id, state.pid, spec.cgroups_path, config.proc_root, spec_where)
     pod = cg.find_pod(node.layout, dirs)
-    identity = {"namespace": request.namespace, "pod": request.pod, "container": request.container,
-                "pod_uid": request.pod_uid}
+    _check_pod(pod, request.pod_uid, spec_where)
+    identity = _identity(request)
     if dry_run:
         prev = load_record(config.state_dir, "containers", state.id)
-        return _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, True, reporter, "apply")
+        return _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, True, reporter, "apply", True)
     with state_lock(config.state_dir):
         prev = load_record(config.state_dir, "containers", state.id)
-        outcome = _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, False, reporter, "apply")
-    if outcome.status == "not-applicable":
+        if prev is not None and prev.get("mode") == "nri":
+            reporter.emit("info", f"container {state.id}: handled by the NRI plugin; the hook does nothing",
+                          to_stream=False)
+            return Outcome("skipped", ("handled by the NRI plugin",))
+        outcome = _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, False, reporter, "apply", True)
+    if outcome.status in ("not-applicable", "conflict"):
         reporter.warning(outcome.lines[0])
     else:
         # The watch unit is started by mixed-cpus-hook-sync.service, never from here.
@@ -240,35 +455,74 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
     return outcome
 
 
+def _compute_request(annotations: Dict[str, str], config: Config, where: str, reporter: Reporter, cid: str) -> Any:
+    """The container's request; None (with the reason under -v) when it does not ask."""
+    request = compute_request(annotations, config.annotation_prefix, config.allowed_namespaces, where,
+                              config_where=config.source)
+    if request is None and reporter.verbose:
+        name = annotations.get("io.kubernetes.container.name")
+        reporter.info(f"container {cid}: skipped: " + (
+            "no io.kubernetes.container.name annotation" if not name else
+            f"no annotation {config.annotation_prefix}/{name} for it"))
+    return request
+
+
 def release_container(cid: str, config: Config, reporter: Reporter, why: str = "released") -> Outcome:
     """Forget a container and give back its share of its pod's quota (a pod already gone is fine).
 
-    The caller holds the state lock.
+    The caller holds the state lock. Crash safety: the container record is marked
+    "releasing" and the pod record saved with the member removed and the new quota listed as
+    ours *before* the pod's quota is written; a run that dies anywhere is finished by the
+    next reconcile, which sees the mark, and the pod's quota is never lowered twice.
     """
     rec = load_record(config.state_dir, "containers", cid)
     if rec is None:
         return Outcome("skipped")
+    if rec.get("phase") != "releasing":
+        rec = dict(rec, phase="releasing")
+        save_record(config.state_dir, "containers", cid, rec)
+    layout = cg.read_layout(config.cgroup_root)
     lines: List[str] = []
+    shared = parse_cpulist(rec["shared"], "record")
+    own = _dirs(rec.get("cgroup"), layout, f"record {cid}")
+    own_quota = _quota_state(rec.get("quota"))
+    if own is not None and own_quota is not None and os.path.isdir(own.cpu):
+        # NRI's StopContainer: the container still runs. Lower its quota to kubelet's first:
+        # cgroup v1 refuses a pod quota below a child's.
+        current = cg.read_quota(layout, own.cpu)
+        if own_quota.is_ours(current.quota, current.period) and current.quota != own_quota.base:
+            w = Write(cg.quota_file(layout, own.cpu), cg.format_quota(layout, current),
+                      cg.format_quota(layout, Quota(own_quota.base, current.period)), "quota: back to kubelet's base")
+            cg.write_text(w.path, w.new)
+            lines.extend(describe((w,)))
     pod_key = rec.get("pod_key")
     if pod_key:
         pod_rec = load_record(config.state_dir, "pods", pod_key)
         if pod_rec is not None:
-            members = [m for m in pod_rec.get("members", []) if m != cid]
-            layout = cg.read_layout(config.cgroup_root)
+            members = [m for m in pod_rec["members"] if m != cid]
             pod = _dirs(pod_rec.get("cgroup"), layout, f"pod record {pod_key}")
             if pod is not None and os.path.isdir(pod.cpu):
-                shared = parse_cpulist(rec["shared"], "record")
                 current = cg.read_quota(layout, pod.cpu)
                 write, target = compute_release(layout, pod, current, _quota_state(pod_rec.get("quota")),
                                                 len(shared), len(members))
+                if members:
+                    pending = dict(pod_rec, members=members, quota=_quota_doc(target))
+                    if pending != pod_rec:
+                        save_record(config.state_dir, "pods", pod_key, pending)
+                elif write is not None:
+                    # The last member: keep the record (listing nobody but this container, so a
+                    # rerun finds the same target) until the quota is back at its base.
+                    save_record(config.state_dir, "pods", pod_key, dict(pod_rec, quota=_quota_doc(target)))
                 if write is not None:
                     cg.write_text(write.path, write.new)
                     lines.extend(describe((write,)))
-                pod_rec = dict(pod_rec, members=members, quota=_quota_doc(target))
-            else:
-                pod_rec = dict(pod_rec, members=members)
-            if members and pod is not None and os.path.isdir(pod.cpu):
-                save_record(config.state_dir, "pods", pod_key, pod_rec)
+                if members:
+                    settled = dict(pod_rec, members=members, quota=_quota_doc(_settled(target)))
+                    save_record(config.state_dir, "pods", pod_key, settled)
+                else:
+                    delete_record(config.state_dir, "pods", pod_key)
+            elif members:
+                save_record(config.state_dir, "pods", pod_key, dict(pod_rec, members=members))
             else:
                 delete_record(config.state_dir, "pods", pod_key)
     delete_record(config.state_dir, "containers", cid)
@@ -282,7 +536,22 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
 def release_state(state: State, config: Config, reporter: Reporter) -> Outcome:
     """The poststop hook."""
     with state_lock(config.state_dir):
+        remove_stale_temporaries(config.state_dir, config.proc_root)
         return release_container(state.id, config, reporter)
+
+
+def check_membership(config: Config, cid: str, rec: Dict[str, Any]) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """Why a container record is not whole ("" when it is), and its pod record: that must list it."""
+    pod_key = rec.get("pod_key")
+    if not pod_key:
+        return "", None
+    pod_rec = load_record(config.state_dir, "pods", pod_key)
+    path = os.path.join(config.state_dir, "pods", pod_key + ".json")
+    if pod_rec is None:
+        return f"its pod record {path} is missing (an apply that did not finish, or deleted): skipped", None
+    if cid not in pod_rec["members"]:
+        return f"its pod record {path} does not list it (an apply that did not finish?): skipped", pod_rec
+    return "", pod_rec
 
 
 def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, dry_run: bool,
@@ -290,20 +559,36 @@ def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, 
     """Re-apply one tracked container, or garbage-collect it when its cgroup is gone.
 
     Reads only this container's record and its pod's: the cost does not grow with the number
-    of tracked containers. ``reason`` starts each journal line ("reapplied (why)").
+    of tracked containers. ``reason`` starts each journal line ("reapplied (why)"). A record
+    that is not whole (its pod record lost it) is reported and left alone, never applied.
     """
     rec = load_record(config.state_dir, "containers", cid)
     if rec is None:
         return Outcome("gone")
+    if rec.get("phase") == "releasing":
+        if dry_run:
+            return Outcome("gone", (f"container {cid}: release did not finish, would finish it",))
+        release_container(cid, config, reporter, why="release finished")
+        return Outcome("gone", (f"container {cid}: release finished",))
     dirs = _dirs(rec.get("cgroup"), node.layout, f"record {cid}")
     if dirs is None or not (os.path.isdir(dirs.cpuset) and os.path.isdir(dirs.cpu)):
+        if rec.get("phase") == "creating" and _age(rec.get("created")) < CREATE_GRACE:
+            return Outcome("in-sync", ())
         if dry_run:
             return Outcome("gone", (f"container {cid}: cgroup gone, would forget it",))
         release_container(cid, config, reporter, why="cgroup gone, forgotten")
         return Outcome("gone", (f"container {cid}: cgroup gone, forgotten",))
+    broken, pod_rec = check_membership(config, cid, rec)
+    if broken:
+        raise RecordError(broken, os.path.join(config.state_dir, "containers", cid + ".json"))
     pod = _dirs(rec.get("pod_cgroup"), node.layout, f"record {cid}")
     identity = {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")}
-    return _sync(config, node, cid, dirs, pod, None, rec, identity, dry_run, reporter, reason)
+    podv = _PodView(rec.get("pod_key"), pod_rec, list(pod_rec["members"]) if pod_rec else [])
+    outcome = _sync(config, node, cid, dirs, pod, None, rec, identity, dry_run, reporter, reason, False,
+                    rec.get("mode", "hook"), podv)
+    if outcome.status == "conflict" and not dry_run:
+        reporter.error(outcome.lines[0])
+    return outcome
 
 
 def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
@@ -311,13 +596,16 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
               node: Optional[NodeView] = None) -> List[Tuple[str, Outcome]]:
     """Re-apply every tracked container (or ``only``) whose cgroups drifted; quiet when in sync.
 
-    With ``only`` and ``settle`` > 0 (what a watch unit's service runs), the pass is followed by
-    a settle: the container's files are re-read until they stay put for ``settle`` seconds, and
-    fixed again when they change. A path unit does not watch while its service runs, and
-    rewrites come in pairs (the systemd driver's unit properties, then runc's own writes; two
-    quick updates). The state lock is not held while settling.
+    One bad record or cgroup is an error for that container only: every other one is still
+    reconciled. With ``only`` and ``settle`` > 0 (what a watch unit's service runs), the pass
+    is followed by a settle: the container's files are re-read until they stay put for
+    ``settle`` seconds, and fixed again when they change. A path unit does not watch while
+    its service runs, and rewrites come in pairs (the systemd driver's unit properties, then
+    runc's own writes; two quick updates). The state lock is not held while settling.
     """
     node = node or read_node(config)
+    if node.checkpoint_note:
+        reporter.warning(node.checkpoint_note)
     results: List[Tuple[str, Outcome]] = []
 
     def run_all(ids: List[str], why: str) -> None:
@@ -326,19 +614,25 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
                 results.append((cid, reconcile_one(cid, config, node, reporter, dry_run, why)))
             except HookError as exc:
                 reporter.error(f"container {cid}: {exc}")
-                results.append((cid, Outcome("error", (str(exc),))))
+                results.append((cid, Outcome("broken" if isinstance(exc, RecordError) else "error", (str(exc),))))
 
     ids = [only] if only else list_records(config.state_dir, "containers")
     if dry_run:
         run_all(ids, reason)
         return results
+    if not only:
+        with state_lock(config.state_dir):
+            remove_stale_temporaries(config.state_dir, config.proc_root)
     # The lock is taken per container: a container start (apply) never waits for more than one.
     for cid in ids:
         with state_lock(config.state_dir):
             run_all([cid], reason)
     if not (only and settle > 0 and results and results[-1][1].status in ("applied", "in-sync")):
         return results
-    rec = load_record(config.state_dir, "containers", only)
+    try:
+        rec = load_record(config.state_dir, "containers", only)
+    except HookError:
+        return results
     files = _watched_files(node.layout, rec) if rec else []
     snapshot = _read_files(files)
     rounds = 0
@@ -359,6 +653,154 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
         snapshot = _read_files(files)
         deadline = time.monotonic() + settle
     return results
+
+
+# ---- NRI: the same decisions, answered to the runtime instead of written by the hook --------
+
+
+def _nri_dirs(layout: cg.Layout, cgroups_path: str, cid: str) -> cg.Dirs:
+    """The container's cgroup dirs from NRI's linux.cgroups_path (the cgroup may not exist yet)."""
+    rel = cg.compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    if not rel or rel.strip("/") == "":
+        raise CgroupError(f"linux.cgroups_path {cgroups_path!r} is neither a path nor slice:prefix:name",
+                          f"container {cid}")
+    return cg.Dirs(cg._join(layout.cpuset_root, rel, "container cgroup", layout.root),
+                   cg._join(layout.cpu_root, rel, "container cgroup", layout.root))
+
+
+def _adjustment(rec: Dict[str, Any], lines: Tuple[str, ...] = ()) -> Adjustment:
+    q = _quota_state(rec["quota"])
+    exclusive = parse_cpulist(rec["exclusive"], "record")
+    shared = parse_cpulist(rec["shared"], "record")
+    period = q.period if q else DEFAULT_PERIOD
+    return Adjustment(exclusive | shared, q.applied if q else None, period, exclusive, shared,
+                      ((ISOLATED_ENV, rec["exclusive"]), (SHARED_ENV, rec["shared"])), lines)
+
+
+def admit_container(facts: ContainerFacts, config: Config, reporter: Reporter,
+                    node: Optional[NodeView] = None) -> Optional[Adjustment]:
+    """NRI CreateContainer (and Synchronize of an untracked or tracked container).
+
+    Decides like the hook (annotation, namespace, exclusive CPUs from kubelet's checkpoint or
+    kubelet's own cpuset), raises the pod's quota (NRI does not reach pod cgroups; cgroup v1
+    refuses a child quota above its parent's, so this comes before the runtime writes the
+    container's), records it all (mode "nri"), and returns what the runtime must write for
+    the container. Idempotent for the same facts.
+    """
+    where = (f"pod {facts.annotations.get('io.kubernetes.pod.namespace', '?')}/"
+             f"{facts.annotations.get('io.kubernetes.pod.name', '?')}")
+    request = _compute_request(facts.annotations, config, where, reporter, facts.id)
+    if request is None:
+        return None
+    node = node or read_node(config)
+    layout, shared = node.layout, node.shared
+    dirs = _nri_dirs(layout, facts.cgroups_path, facts.id)
+    pod = cg.find_pod(layout, dirs)
+    _check_pod(pod, request.pod_uid, f"container {facts.id}")
+    if pod is not None and not os.path.isdir(pod.cpu):
+        raise CgroupError("pod cgroup not found", pod.cpu)
+    identity = _identity(request)
+    period = facts.period or DEFAULT_PERIOD
+    with state_lock(config.state_dir):
+        prev = load_record(config.state_dir, "containers", facts.id)
+        if prev is not None and prev.get("phase") == "releasing":
+            release_container(facts.id, config, reporter, why="release finished")
+            prev = None
+        prev_pair = None if prev is None else (parse_cpulist(prev["exclusive"], "record"),
+                                                parse_cpulist(prev["shared"], "record"))
+        assigned = _assigned(node, request.pod_uid, request.container, f"container {facts.id}")
+        spec_cpus = facts.cpus if prev is None else None
+        decision = compute_exclusive(assigned, spec_cpus, facts.cpus, shared, prev_pair)
+        if decision.cpus is None:
+            message = f"container {facts.id}: {'has no exclusive CPUs: ' if decision.kind == 'not-applicable' else ''}{decision.note}"
+            reporter.warning(message)
+            return None
+        if decision.note:
+            reporter.emit("warning", f"container {facts.id}: {decision.note}", to_stream=False)
+        exclusive = decision.cpus
+        prev_quota = _quota_state(prev.get("quota")) if prev else None
+        quota = compute_quota(Quota(facts.quota, period), prev_quota, len(shared))
+        podv = _load_pod(config, facts.id, pod, True)
+        pod_quota: Optional[QuotaState] = None
+        pod_writes: Tuple[Write, ...] = ()
+        if pod is not None:
+            observed = cg.read_quota(layout, pod.cpu)
+            prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
+            pod_quota = compute_quota(observed, prev_pod_quota, len(shared) * len(podv.members))
+            if pod_quota.applied != observed.quota:
+                pod_writes = (Write(cg.quota_file(layout, pod.cpu), cg.format_quota(layout, observed),
+                                    cg.format_quota(layout, Quota(pod_quota.applied, pod_quota.period)),
+                                    f"pod quota: base {pod_quota.base} + {len(podv.members)} mixed container(s) x "
+                                    f"{len(shared)} shared CPU(s)"),)
+        exists = os.path.isdir(dirs.cpuset) and os.path.isdir(dirs.cpu)
+        phase = "applied" if exists else "creating"
+        record = _container_doc(facts.id, identity, layout, dirs, pod, podv.key, exclusive, _source(decision, prev),
+                                shared,
+                                exclusive | shared, quota, prev, "nri", False, phase)
+        record["mode"] = "nri" if prev is None else prev.get("mode", "nri")
+        new_pod = _pod_doc(podv.key, pod, pod_quota, podv.members)
+        _save_changed(config, facts.id, prev, record, podv, new_pod)
+        if pod_writes:
+            try:
+                execute(layout, pod_writes, None, frozenset())
+            except HookError:
+                _restore_records(config, facts.id, prev, podv.key, podv.record)
+                raise
+            final_pod = dict(new_pod or {}, quota=_quota_doc(_settled(pod_quota)))
+            _save_changed(config, facts.id, record, dict(record), _PodView(podv.key, new_pod, podv.members), final_pod)
+        lines = tuple(describe(pod_writes))
+        for line in lines:
+            reporter.emit("info", f"container {facts.id}: create: {line}", to_stream=False)
+        reporter.emit("info", f"container {facts.id}: mixed CPUs {record['desired']} (exclusive "
+                      f"{record['exclusive']} from {decision.source} + shared {record['shared']})", to_stream=False)
+        return _adjustment(record, lines)
+
+
+def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], config: Config, reporter: Reporter,
+                     node: Optional[NodeView] = None) -> Optional[Adjustment]:
+    """NRI UpdateContainer: rewrite kubelet's update so the cgroup never holds the exclusive-only set.
+
+    kubelet's new cpuset is its new exclusive assignment (kubelet's checkpoint wins where it
+    exists); its new quota is the new base (unless it is one this product wrote, as when the
+    runtime fills in the fields kubelet left out). None: not tracked, pass the update through.
+    """
+    node = node or read_node(config)
+    with state_lock(config.state_dir):
+        rec = load_record(config.state_dir, "containers", cid)
+        if rec is None or rec.get("phase") == "releasing":
+            return None
+        shared = node.shared
+        prev_pair = (parse_cpulist(rec["exclusive"], "record"), parse_cpulist(rec["shared"], "record"))
+        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), f"container {cid}")
+        current = cpus or (prev_pair[0] | prev_pair[1])
+        decision = compute_exclusive(assigned, None, current, shared, prev_pair)
+        if decision.cpus is None:
+            reporter.warning(f"container {cid}: update passed through unchanged: {decision.note}")
+            return None
+        if decision.note:
+            reporter.emit("warning", f"container {cid}: {decision.note}", to_stream=False)
+        prev_quota = _quota_state(rec.get("quota"))
+        period = (quota.period if quota is not None and quota.period else None) or (
+            prev_quota.period if prev_quota else DEFAULT_PERIOD)
+        if quota is None:
+            given = Quota(prev_quota.applied if prev_quota else None, period)
+        else:
+            given = Quota(quota.quota, period)
+        new_quota = compute_quota(given, prev_quota, len(shared))
+        record = _container_doc(cid, {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")},
+                                node.layout, cg.Dirs(rec["cgroup"]["cpuset"], rec["cgroup"]["cpu"]),
+                                None if rec.get("pod_cgroup") is None else cg.Dirs(rec["pod_cgroup"]["cpuset"],
+                                                                                   rec["pod_cgroup"]["cpu"]),
+                                rec.get("pod_key"), decision.cpus, _source(decision, rec), shared, decision.cpus | shared,
+                                new_quota, rec, rec.get("mode", "nri"), False, rec.get("phase", "applied"))
+        podv = _PodView(rec.get("pod_key"), None, [])
+        _save_changed(config, cid, rec, record, podv, None)
+        lines = ()
+        if record["desired"] != format_cpulist(current) or (quota is not None and quota.quota != new_quota.applied):
+            lines = (f"update rewritten: cpus {format_cpulist(cpus) or '(unchanged)'} -> {record['desired']}, quota "
+                     f"{'(unchanged)' if quota is None else _fmt_quota(quota.quota)} -> {_fmt_quota(new_quota.applied)}",)
+            reporter.emit("info", f"container {cid}: {lines[0]}", to_stream=False)
+        return _adjustment(record, lines)
 
 
 def _watched_files(layout: cg.Layout, rec: Dict[str, Any]) -> List[str]:
@@ -390,48 +832,108 @@ def _read_files(paths: List[str]) -> Tuple[Optional[bytes], ...]:
     return tuple(out)
 
 
+def read_status_report(config: Config) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """The truth for every tracked container (both modes), and the node-wide problems.
+
+    Never fails as a whole: a bad shared set, an unreadable cgroup or a broken record is the
+    problem of the rows it concerns (and, when node-wide, listed once). A row's ``drift`` names
+    each field that differs with its desired and actual values; ``problem`` is "" when fine.
+    """
+    problems: List[str] = []
+    node: Optional[NodeView] = None
+    try:
+        node = read_node(config)
+        if node.checkpoint_note:
+            problems.append(node.checkpoint_note)
+    except HookError as exc:
+        problems.append(str(exc))
+    try:
+        ids = list_records(config.state_dir, "containers")
+    except HookError as exc:
+        problems.append(str(exc))
+        ids = []
+    rows = [_status_row(config, node, cid, problems) for cid in ids]
+    return rows, problems
+
+
 def read_status(config: Config) -> List[Dict[str, Any]]:
-    """The truth for every tracked container: desired (from record and config) against actual."""
-    node = read_node(config)
-    rows: List[Dict[str, Any]] = []
-    for cid in list_records(config.state_dir, "containers"):
+    """The rows of read_status_report."""
+    return read_status_report(config)[0]
+
+
+def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: List[str]) -> Dict[str, Any]:
+    row: Dict[str, Any] = {
+        "id": cid, "mode": "", "namespace": "", "pod": "", "container": "", "cgroup": "",
+        "exclusive": "", "exclusive_source": "", "shared": "", "desired": "", "actual": "",
+        "quota": {"desired": "", "actual": ""}, "pod_quota": {"desired": "", "actual": ""},
+        "in_sync": False, "broken": False, "problem": "", "drift": [],
+        "last_reapply": "", "reapplies": 0, "pins_maybe_lost": False,
+    }
+    try:
         rec = load_record(config.state_dir, "containers", cid)
-        if rec is None:
-            continue
-        exclusive = parse_cpulist(rec.get("exclusive", ""), f"record {cid}")
-        desired = exclusive | node.shared
-        row: Dict[str, Any] = {
-            "id": cid, "namespace": rec.get("namespace", ""), "pod": rec.get("pod", ""),
-            "container": rec.get("container", ""), "cgroup": (rec.get("cgroup") or {}).get("cpuset"),
-            "exclusive": format_cpulist(exclusive), "shared": format_cpulist(node.shared),
-            "desired": format_cpulist(desired), "actual": None,
-            "quota": {"desired": None, "actual": None}, "pod_quota": {"desired": None, "actual": None},
-            "in_sync": False, "problem": None,
-        }
-        try:
-            dirs = _dirs(rec.get("cgroup"), node.layout, f"record {cid}")
-            pod = _dirs(rec.get("pod_cgroup"), node.layout, f"record {cid}")
-            if dirs is None or not os.path.isdir(dirs.cpuset) or not os.path.isdir(dirs.cpu):
-                row["problem"] = "cgroup gone (reconcile will forget it)"
-            else:
-                observed = observe(node.layout, dirs, pod if pod and os.path.isdir(pod.cpu) else None)
-                row["actual"] = format_cpulist(observed.cpus)
-                want = _quota_state(rec.get("quota"))
-                row["quota"] = {"desired": _fmt_quota(want.applied if want else None),
-                                "actual": _fmt_quota(observed.quota.quota)}
-                pod_rec = load_record(config.state_dir, "pods", rec["pod_key"]) if rec.get("pod_key") else None
-                ok_pod = True
-                if pod_rec is not None and observed.pod_quota is not None:
-                    pq = _quota_state(pod_rec.get("quota"))
-                    row["pod_quota"] = {"desired": _fmt_quota(pq.applied if pq else None),
-                                        "actual": _fmt_quota(observed.pod_quota.quota)}
-                    ok_pod = pq is not None and pq.applied == observed.pod_quota.quota
-                ok_quota = want is not None and want.applied == observed.quota.quota
-                row["in_sync"] = observed.cpus == desired and ok_quota and ok_pod
-        except HookError as exc:
-            row["problem"] = str(exc)
-        rows.append(row)
-    return rows
+    except HookError as exc:
+        row.update(broken=True, problem=str(exc))
+        return row
+    if rec is None:
+        row.update(problem="record removed while reading")
+        return row
+    row.update({k: rec.get(k) or row[k] for k in ("mode", "namespace", "pod", "container", "exclusive",
+                                                  "exclusive_source", "last_reapply", "reapplies",
+                                                  "pins_maybe_lost")})
+    row["mode"] = rec.get("mode", "hook")
+    row["cgroup"] = rec["cgroup"]["cpuset"]
+    if node is None:
+        row["problem"] = f"node facts unreadable: {problems[0] if problems else 'unknown'}"
+        return row
+    shared = node.shared
+    row["shared"] = format_cpulist(shared)
+    try:
+        if rec.get("phase") == "releasing":
+            row["problem"] = "release did not finish (reconcile finishes it)"
+            return row
+        broken, _pod_rec = check_membership(config, cid, rec)
+        if broken:
+            row.update(broken=True, problem=f"{os.path.join(config.state_dir, 'containers', cid + '.json')}: {broken}")
+            return row
+        dirs = _dirs(rec.get("cgroup"), node.layout, f"record {cid}")
+        pod = _dirs(rec.get("pod_cgroup"), node.layout, f"record {cid}")
+        if dirs is None or not os.path.isdir(dirs.cpuset) or not os.path.isdir(dirs.cpu):
+            creating = rec.get("phase") == "creating" and _age(rec.get("created")) < CREATE_GRACE
+            row["problem"] = "being created (its cgroup is not there yet)" if creating else (
+                "cgroup gone (reconcile will forget it)")
+            row["in_sync"] = creating
+            return row
+        observed = observe(node.layout, dirs, pod if pod and os.path.isdir(pod.cpu) else None)
+        prev_pair = (parse_cpulist(rec["exclusive"], "record"), parse_cpulist(rec["shared"], "record"))
+        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), f"container {cid}")
+        decision = compute_exclusive(assigned, None, observed.cpus, shared, prev_pair)
+        exclusive = decision.cpus if decision.cpus is not None else prev_pair[0]
+        desired = exclusive | shared
+        row.update(exclusive=format_cpulist(exclusive), exclusive_source=decision.source,
+                   desired=format_cpulist(desired), actual=format_cpulist(observed.cpus))
+        drift: List[Dict[str, str]] = []
+        if observed.cpus != desired:
+            drift.append({"field": "cpuset", "desired": row["desired"], "actual": row["actual"] or "empty"})
+        want = compute_quota(observed.quota, _quota_state(rec.get("quota")), len(shared))
+        row["quota"] = {"desired": _fmt_quota(want.applied), "actual": _fmt_quota(observed.quota.quota)}
+        if want.applied != observed.quota.quota:
+            drift.append({"field": "quota", **row["quota"]})
+        pod_rec = load_record(config.state_dir, "pods", rec["pod_key"]) if rec.get("pod_key") else None
+        if pod_rec is not None and observed.pod_quota is not None:
+            pq = compute_quota(observed.pod_quota, _quota_state(pod_rec.get("quota")),
+                               len(shared) * len(pod_rec["members"]))
+            row["pod_quota"] = {"desired": _fmt_quota(pq.applied), "actual": _fmt_quota(observed.pod_quota.quota)}
+            if pq.applied != observed.pod_quota.quota:
+                drift.append({"field": "pod_quota", **row["pod_quota"]})
+        row["drift"] = drift
+        problem = "; ".join(f"{d['field']} is {d['actual']}, should be {d['desired']}" for d in drift)
+        if decision.kind == "conflict" or decision.note:
+            problem = "; ".join(p for p in (decision.note, problem) if p)
+        row["problem"] = problem
+        row["in_sync"] = not drift and decision.kind != "conflict"
+    except HookError as exc:
+        row["problem"] = str(exc)
+    return row
 
 
 def _fmt_quota(q: Optional[int]) -> str:

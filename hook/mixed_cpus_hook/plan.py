@@ -21,13 +21,37 @@ else:
 class QuotaState(NamedTuple):
     """Bookkeeping for one quota file: kubelet's value (base) and what we wrote (applied).
 
-    None means unlimited. When the file no longer holds ``applied``, kubelet (or someone)
+    None means unlimited. ``ours`` lists every value this product wrote, or was about to
+    write, since ``base`` was established: it is saved *before* each write, so whatever
+    instant a run dies at, the next run can tell its own value in the file (base kept) from
+    a value kubelet wrote (the new base). When the file holds neither, kubelet (or someone)
     wrote a new value: that becomes the base and the shared share goes on top again.
     """
 
     base: Optional[int]
     applied: Optional[int]
     period: int
+    ours: Tuple[int, ...] = ()
+
+    def is_ours(self, value: Optional[int], period: int) -> bool:
+        """Whether ``value`` in the file is one this product wrote for the current base."""
+        return (self.base is not None and value is not None and period == self.period
+                and (value == self.applied or value in self.ours))
+
+
+class Exclusive(NamedTuple):
+    """The decision on a container's exclusive CPUs.
+
+    ``cpus`` is None when nothing may be written: the container has no exclusive CPUs
+    (``kind`` "not-applicable") or its cgroup holds CPUs that cannot be proved to be its own
+    (``kind`` "conflict"). ``source`` says where the answer came from (kubelet-checkpoint, spec,
+    record, cgroup); ``note`` says what was refused and why, for the journal and status.
+    """
+
+    cpus: Optional[FrozenSet[int]]
+    source: str
+    kind: str = "ok"
+    note: str = ""
 
 
 class Write(NamedTuple):
@@ -53,40 +77,72 @@ class Plan(NamedTuple):
     pod_quota: Optional[QuotaState]
 
 
-def compute_exclusive(spec_cpus: Optional[FrozenSet[int]], current: FrozenSet[int], shared: FrozenSet[int],
-                      prev: Optional[Tuple[FrozenSet[int], FrozenSet[int]]]) -> Optional[FrozenSet[int]]:
-    """The container's exclusive CPUs, or None when it has none (it runs on the shared pool).
+def compute_exclusive(assigned: Optional[FrozenSet[int]], spec_cpus: Optional[FrozenSet[int]],
+                      current: FrozenSet[int], shared: FrozenSet[int],
+                      prev: Optional[Tuple[FrozenSet[int], FrozenSet[int]]]) -> Exclusive:
+    """The container's exclusive CPUs, never a CPU that is not provably its own.
 
-    kubelet never hands out a reserved CPU exclusively, so a cpuset that overlaps the shared
-    CPUs is the shared pool, not an exclusive allocation. ``prev`` is (exclusive, shared)
-    from the record: when the cgroup still holds their union, the exclusive part is known;
-    when kubelet rewrote it to a set without shared CPUs, that set is the new exclusive one.
+    ``assigned`` is kubelet's checkpoint entry for this container (the truth where it
+    exists); ``spec_cpus`` what kubelet asked the runtime for at creation; ``current`` what the
+    cgroup holds; ``prev`` (exclusive, shared) from the record. kubelet never hands out a
+    reserved (shared) CPU exclusively, so a set that overlaps the shared CPUs is kubelet's
+    shared pool or a foreign write: it is never adopted as exclusive.
     """
+    fmt = format_cpulist
+    if assigned is not None:
+        if not assigned:
+            return Exclusive(None, "kubelet-checkpoint", "not-applicable", "kubelet's checkpoint entry is empty")
+        if assigned & shared:
+            return Exclusive(None, "kubelet-checkpoint", "conflict",
+                             f"kubelet's checkpoint assigns {fmt(assigned)}, which overlaps the shared CPUs "
+                             f"{fmt(shared)} (are they in kubelet's reservedSystemCPUs?)")
+        foreign = current - assigned - shared - (prev[1] if prev else frozenset())
+        note = (f"cgroup held {fmt(current)}: CPUs {fmt(foreign)} are not this container's in kubelet's checkpoint, "
+                "refused" if foreign else "")
+        return Exclusive(assigned, "kubelet-checkpoint", "ok", note)
     if spec_cpus:
-        return None if spec_cpus & shared else spec_cpus
+        if spec_cpus & shared:
+            return Exclusive(None, "spec", "not-applicable",
+                             f"its cpuset {fmt(spec_cpus)} overlaps the shared {fmt(shared)}: it runs on the shared pool")
+        return Exclusive(spec_cpus, "spec")
     if prev is not None:
         prev_exclusive, prev_shared = prev
-        if current == prev_exclusive | prev_shared:
-            return prev_exclusive
+        mixed = (prev_exclusive | prev_shared, prev_exclusive | shared)
+        if current in mixed:
+            return Exclusive(prev_exclusive, "record")
         if current and not current & (prev_shared | shared):
-            return current
-        return (current - prev_shared - shared) or prev_exclusive
-    return current if current and not current & shared else None
+            return Exclusive(current, "cgroup")  # kubelet's rewrite: its (new) exclusive assignment
+        if not current:
+            return Exclusive(prev_exclusive, "record")
+        if any(current > m for m in mixed):
+            widened = current - mixed[1] - prev_shared
+            return Exclusive(prev_exclusive, "record", "ok",
+                             f"cpuset widened to {fmt(current)} by another writer: CPUs {fmt(widened)} refused")
+        return Exclusive(None, "record", "conflict",
+                         f"cpuset {fmt(current)} holds shared CPUs but is not the recorded mixed set "
+                         f"{fmt(mixed[1])}: kubelet's shared pool or a foreign write, not adopted, nothing written")
+    if current and not current & shared:
+        return Exclusive(current, "cgroup")
+    return Exclusive(None, "cgroup", "not-applicable",
+                     f"its cpuset {fmt(current) or 'empty'} overlaps or lacks the shared {fmt(shared)}: "
+                     "it runs on the shared pool")
 
 
 def compute_quota(current: Quota, prev: Optional[QuotaState], extra_cpus: int) -> QuotaState:
     """Raise a finite quota by ``extra_cpus`` CPUs' worth; unlimited stays unlimited.
 
-    Idempotent: while the file holds what we applied, the remembered base is kept, so
-    applying again never adds twice.
+    Idempotent: while the file holds a value we wrote, the remembered base is kept, so
+    applying again never adds twice; ``ours`` of the result holds the value being replaced
+    (when it is ours) and the new one, to be saved before the write.
     """
     if current.quota is None:
         return QuotaState(None, None, current.period)
-    if prev is not None and prev.applied == current.quota and prev.period == current.period and prev.base is not None:
-        base = prev.base
-    else:
-        base = current.quota
-    return QuotaState(base, base + extra_cpus * current.period, current.period)
+    keep = prev is not None and prev.is_ours(current.quota, current.period)
+    base = prev.base if keep and prev is not None else current.quota
+    applied = base + extra_cpus * current.period
+    # While the new value is being written the old one, if it is ours, stays recognisable.
+    ours = (current.quota, applied) if keep and current.quota != applied else (applied,)
+    return QuotaState(base, applied, current.period, ours)
 
 
 def compute_plan(layout: Layout, dirs: Dirs, pod: Optional[Dirs], observed: Observed,

@@ -259,7 +259,8 @@ def test_kubelet_resize_is_the_new_base(node: Any, run_hook: Callable) -> None:
     node.set_quota(paths["pod_rel"], 300000)
     ok(apply(run_hook, node, paths))
     assert (node.quota(paths["rel"]), node.quota(paths["pod_rel"])) == ("500000", "500000")
-    assert node.records("containers")["abc"]["quota"] == {"base": 300000, "applied": 500000, "period": 100000}
+    assert node.records("containers")["abc"]["quota"] == {"base": 300000, "applied": 500000, "period": 100000,
+                                                                    "ours": [500000]}
     before = node.freeze()
     assert ok(apply(run_hook, node, paths)).out == ""
     assert node.changes(before) == []
@@ -269,8 +270,11 @@ def test_release_gives_back_the_pod_share(node: Any, run_hook: Callable) -> None
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     ok(apply(run_hook, node, paths))
     result = ok(release(run_hook, node, paths))
+    # The container's cgroup is still there (as at NRI's StopContainer): its quota goes back to
+    # kubelet's first, since cgroup v1 refuses a pod quota below a child's.
+    assert node.quota(paths["rel"]) == "200000"
     assert node.quota(paths["pod_rel"]) == "200000"
-    assert len(result.out.splitlines()) == 1
+    assert len(result.out.splitlines()) == 2
     assert node.records("containers") == {} and node.records("pods") == {}
     assert result.syslog[-1] == (syslog.LOG_INFO, "container abc: released, record removed")
     # releasing again, or something never applied, is a no-op
@@ -396,7 +400,7 @@ def test_status_json(node: Any, run_hook: Callable, run_cli: Callable) -> None:
     assert (row["exclusive"], row["shared"], row["desired"], row["actual"]) == ("2-3", "0-1", "0-3", "0-3")
     assert row["quota"] == {"desired": "400000", "actual": "400000"}
     assert row["pod_quota"] == {"desired": "400000", "actual": "400000"}
-    assert (row["in_sync"], row["problem"]) == (True, None)
+    assert (row["in_sync"], row["problem"], row["drift"], row["broken"]) == (True, "", [], False)
     assert row["cgroup"] == real(os.path.dirname(node.path(paths["rel"], "cpuset.cpus")))
 
 

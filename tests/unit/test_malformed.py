@@ -258,10 +258,10 @@ ROWS: Dict[str, Row] = {
                                                   c.setting(state_dir=os.path.join(c.node.root, "afile"))],
                                "record error: {root}/afile: cannot use the state directory"),
     "record-corrupt": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"), "{"),
-                          "record error: {state_dir}/containers/abc.json: not JSON"),
+                          "record error: {state_dir}/containers/abc.json: invalid record: not JSON"),
     "record-of-another-schema": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"),
                                                                    '{"schema": 99}'),
-                                    "record error: {state_dir}/containers/abc.json: not a schema 1 record"),
+                                    "record error: {state_dir}/containers/abc.json: invalid record: not a schema 1 record"),
 }
 
 def params() -> List[Any]:

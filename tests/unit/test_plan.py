@@ -40,52 +40,98 @@ def dirs(layout: Layout, rel: str) -> Dirs:
 
 # -- compute_exclusive ----------------------------------------------------------------------
 
+def X(cpus: Optional[str], source: str, kind: str = "ok", note: str = "") -> Tuple[Optional[str], str, str, str]:
+    """An expected Exclusive decision; ``note`` is a substring of the decision's note."""
+    return (cpus, source, kind, note)
+
+
 EXCLUSIVE = [
-    pytest.param("2-3", "2-3", "0-1", None, "2-3", id="spec-disjoint-from-shared"),
-    pytest.param("2-3", "0-3", "0-1", None, "2-3", id="spec-wins-over-the-cgroup"),
-    pytest.param("0-3", "0-3", "0-1", None, None, id="spec-overlaps-shared-is-the-shared-pool"),
-    pytest.param("1", "1", "0-1", None, None, id="spec-inside-shared"),
-    pytest.param(None, "2-3", "0-1", None, "2-3", id="no-spec-cgroup-disjoint"),
-    pytest.param(None, "0-3", "0-1", None, None, id="no-spec-cgroup-overlaps"),
-    pytest.param(None, "", "0-1", None, None, id="no-spec-empty-cgroup"),
-    pytest.param(None, "0-3", "0-1", ("2-3", "0-1"), "2-3", id="record-union-still-there"),
-    pytest.param(None, "4-5", "0-1", ("2-3", "0-1"), "4-5", id="kubelet-moved-the-exclusive-cpus"),
-    pytest.param(None, "0-1,4-5", "0-1", ("2-3", "0-1"), "4-5", id="mixed-with-new-exclusive"),
-    pytest.param(None, "0-1", "0-1", ("2-3", "0-1"), "2-3", id="only-shared-left-keeps-record"),
-    pytest.param(None, "", "0-1", ("2-3", "0-1"), "2-3", id="empty-cgroup-keeps-record"),
-    pytest.param(None, "0-3", "0,4", ("2-3", "0-1"), "2-3", id="shared-changed-since-record"),
-    pytest.param(None, "0,2-3,4", "0,4", ("2-3", "0-1"), "2-3", id="old-and-new-shared-both-removed"),
-    pytest.param("6-7", "0-3", "0-1", ("2-3", "0-1"), "6-7", id="spec-wins-over-the-record"),
+    # assigned (kubelet's checkpoint), spec, current, shared, prev (exclusive, shared) -> decision
+    pytest.param(None, "2-3", "2-3", "0-1", None, X("2-3", "spec"), id="spec-disjoint-from-shared"),
+    pytest.param(None, "2-3", "0-3", "0-1", None, X("2-3", "spec"), id="spec-wins-over-the-cgroup"),
+    pytest.param(None, "0-3", "0-3", "0-1", None, X(None, "spec", "not-applicable", "overlaps the shared"),
+                 id="spec-overlaps-shared-is-the-shared-pool"),
+    pytest.param(None, "1", "1", "0-1", None, X(None, "spec", "not-applicable"), id="spec-inside-shared"),
+    pytest.param(None, None, "2-3", "0-1", None, X("2-3", "cgroup"), id="no-spec-cgroup-disjoint"),
+    pytest.param(None, None, "0-3", "0-1", None, X(None, "cgroup", "not-applicable"), id="no-spec-cgroup-overlaps"),
+    pytest.param(None, None, "", "0-1", None, X(None, "cgroup", "not-applicable"), id="no-spec-empty-cgroup"),
+    pytest.param(None, None, "0-3", "0-1", ("2-3", "0-1"), X("2-3", "record"), id="record-union-still-there"),
+    pytest.param(None, None, "4-5", "0-1", ("2-3", "0-1"), X("4-5", "cgroup"), id="kubelet-moved-the-exclusive-cpus"),
+    pytest.param(None, None, "0-1,4-5", "0-1", ("2-3", "0-1"), X(None, "record", "conflict", "not adopted"),
+                 id="shared-plus-unknown-cpus-is-not-adopted"),
+    pytest.param(None, None, "0-1", "0-1", ("2-3", "0-1"), X(None, "record", "conflict", "kubelet's shared pool"),
+                 id="kubelet-wrote-only-the-shared-cpus-nothing-written-back"),
+    # A superset of the recorded mixed set (a foreign write, or kubelet's shared pool): its extra CPUs are never
+    # adopted; the set shrinks back to the recorded one, which it holds anyway (no CPU is granted).
+    pytest.param(None, None, "0-7", "0-1", ("2-3", "0-1"), X("2-3", "record", "ok", "CPUs 4-7 refused"),
+                 id="kubelet-shared-pool-not-recorded-as-exclusive"),
+    pytest.param(None, None, "0-5", "0-1", ("2-3", "0-1"), X("2-3", "record", "ok", "widened to 0-5"),
+                 id="foreign-widening-without-checkpoint-shrinks-back"),
+    pytest.param(None, None, "", "0-1", ("2-3", "0-1"), X("2-3", "record"), id="empty-cgroup-keeps-record"),
+    pytest.param(None, None, "0-3", "0,4", ("2-3", "0-1"), X("2-3", "record"), id="shared-changed-since-record"),
+    pytest.param(None, None, "0,2-4", "0,4", ("2-3", "0-1"), X("2-3", "record"),
+                 id="old-and-new-shared-both-removed"),
+    pytest.param(None, "6-7", "0-3", "0-1", ("2-3", "0-1"), X("6-7", "spec"), id="spec-wins-over-the-record"),
+    # kubelet's checkpoint is the truth
+    pytest.param("2-3", None, "0-7", "0-1", ("2-3", "0-1"), X("2-3", "kubelet-checkpoint", "ok", "CPUs 4-7 are not"),
+                 id="checkpoint-refuses-a-foreign-widening"),
+    pytest.param("4-5", None, "0-3", "0-1", ("2-3", "0-1"), X("4-5", "kubelet-checkpoint", "ok", "CPUs 2-3"),
+                 id="checkpoint-follows-kubelets-new-assignment"),
+    pytest.param("2-3", "2-7", "2-7", "0-1", None, X("2-3", "kubelet-checkpoint", "ok", "CPUs 4-7"),
+                 id="checkpoint-wins-over-the-spec"),
+    pytest.param("2-3", None, "0-1", "0-1", ("2-3", "0-1"), X("2-3", "kubelet-checkpoint"),
+                 id="checkpoint-after-kubelet-wrote-the-shared-pool"),
+    pytest.param("1-2", None, "1-2", "0-1", None, X(None, "kubelet-checkpoint", "conflict", "overlaps the shared"),
+                 id="checkpoint-entry-overlapping-shared"),
+    pytest.param("", None, "2-3", "0-1", None, X(None, "kubelet-checkpoint", "not-applicable"),
+                 id="checkpoint-entry-empty"),
 ]
 
 
-@pytest.mark.parametrize("spec,current,shared,prev,expected", EXCLUSIVE)
-def test_compute_exclusive(spec: Optional[str], current: str, shared: str, prev: Optional[Tuple[str, str]],
-                           expected: Optional[str]) -> None:
+@pytest.mark.parametrize("assigned,spec,current,shared,prev,expected", EXCLUSIVE)
+def test_compute_exclusive(assigned: Optional[str], spec: Optional[str], current: str, shared: str,
+                           prev: Optional[Tuple[str, str]], expected: Tuple[Optional[str], str, str, str]) -> None:
     prev_sets = None if prev is None else (c(prev[0]), c(prev[1]))
-    got = compute_exclusive(c(spec) if spec is not None else None, c(current), c(shared), prev_sets)
-    assert got == (None if expected is None else c(expected))
+    got = compute_exclusive(c(assigned) if assigned is not None else None, c(spec) if spec is not None else None,
+                            c(current), c(shared), prev_sets)
+    cpus, source, kind, note = expected
+    assert (got.cpus, got.source, got.kind) == (None if cpus is None else c(cpus), source, kind)
+    assert note in got.note
+    assert (got.note == "") == (kind == "ok" and not note)
 
 
 # -- compute_quota --------------------------------------------------------------------------
 
+
+def Q(base: Optional[int], applied: Optional[int], period: int = P, *ours: int) -> QuotaState:
+    """Quota bookkeeping; ``ours`` defaults to just the applied value."""
+    return QuotaState(base, applied, period, tuple(ours) if ours else ((applied,) if applied is not None else ()))
+
+
 QUOTAS = [
-    pytest.param(Quota(None, P), None, 2, QuotaState(None, None, P), id="unlimited-stays-unlimited"),
-    pytest.param(Quota(200000, P), None, 2, QuotaState(200000, 400000, P), id="first-apply"),
-    pytest.param(Quota(400000, P), QuotaState(200000, 400000, P), 2, QuotaState(200000, 400000, P),
-                 id="again-adds-nothing"),
-    pytest.param(Quota(300000, P), QuotaState(200000, 400000, P), 2, QuotaState(300000, 500000, P),
-                 id="kubelet-resize-is-the-new-base"),
-    pytest.param(Quota(200000, P), QuotaState(200000, 400000, P), 2, QuotaState(200000, 400000, P),
-                 id="kubelet-restored-base"),
-    pytest.param(Quota(400000, 50000), QuotaState(200000, 400000, P), 2, QuotaState(400000, 500000, 50000),
+    pytest.param(Quota(None, P), None, 2, Q(None, None), id="unlimited-stays-unlimited"),
+    pytest.param(Quota(200000, P), None, 2, Q(200000, 400000), id="first-apply"),
+    pytest.param(Quota(400000, P), Q(200000, 400000), 2, Q(200000, 400000), id="again-adds-nothing"),
+    pytest.param(Quota(300000, P), Q(200000, 400000), 2, Q(300000, 500000), id="kubelet-resize-is-the-new-base"),
+    pytest.param(Quota(200000, P), Q(200000, 400000), 2, Q(200000, 400000), id="kubelet-restored-base"),
+    pytest.param(Quota(400000, 50000), Q(200000, 400000), 2, Q(400000, 500000, 50000),
                  id="new-period-is-a-new-base"),
-    pytest.param(Quota(200000, P), QuotaState(None, None, P), 2, QuotaState(200000, 400000, P),
-                 id="was-unlimited-now-finite"),
-    pytest.param(Quota(400000, P), QuotaState(None, 400000, P), 2, QuotaState(400000, 600000, P),
+    pytest.param(Quota(200000, P), Q(None, None), 2, Q(200000, 400000), id="was-unlimited-now-finite"),
+    pytest.param(Quota(400000, P), QuotaState(None, 400000, P), 2, Q(400000, 600000),
                  id="record-without-base-is-not-trusted"),
-    pytest.param(Quota(200000, P), None, 0, QuotaState(200000, 200000, P), id="no-extra"),
-    pytest.param(Quota(150000, 50000), None, 3, QuotaState(150000, 300000, 50000), id="extra-scales-with-period"),
+    pytest.param(Quota(200000, P), None, 0, Q(200000, 200000), id="no-extra"),
+    pytest.param(Quota(150000, 50000), None, 3, Q(150000, 300000, 50000), id="extra-scales-with-period"),
+    # crash safety: the value being replaced stays ours until the write is verified
+    pytest.param(Quota(1200000, P), Q(1000000, 1200000), 4, Q(1000000, 1400000, P, 1200000, 1400000),
+                 id="second-member-keeps-the-old-value-ours-during-the-write"),
+    pytest.param(Quota(1200000, P), Q(1000000, 1400000, P, 1200000, 1400000), 4, Q(1000000, 1400000, P, 1200000, 1400000),
+                 id="killed-before-the-write-old-value-is-still-ours"),
+    pytest.param(Quota(1400000, P), Q(1000000, 1400000, P, 1200000, 1400000), 4, Q(1000000, 1400000),
+                 id="killed-after-the-write-new-value-is-ours"),
+    pytest.param(Quota(1300000, P), Q(1000000, 1400000, P, 1200000, 1400000), 4, Q(1300000, 1700000),
+                 id="neither-value-is-kubelets-new-base"),
+    pytest.param(Quota(1200000, P), Q(1000000, 1000000, P, 1200000, 1000000), 0, Q(1000000, 1000000, P, 1200000, 1000000),
+                 id="release-killed-before-its-write"),
 ]
 
 
@@ -98,7 +144,7 @@ def test_compute_quota_is_idempotent() -> None:
     state = compute_quota(Quota(200000, P), None, 2)
     for _ in range(5):
         state = compute_quota(Quota(state.applied, P), state, 2)
-    assert state == QuotaState(200000, 400000, P)
+    assert state == Q(200000, 400000)
 
 
 # -- compute_plan ---------------------------------------------------------------------------
@@ -141,8 +187,8 @@ PLANS = [
         (f"{CTR}/cpuset.cpus", "2-3", "0-3"),
         (f"{CTR}/cpu.max", "200000 100000", "400000 100000"),
     ], id="v2-first-apply-pod-before-container"),
-    pytest.param(PlanCase(cpus="0-3", quota=400000, pod_quota=400000, prev_quota=QuotaState(200000, 400000, P),
-                          prev_pod_quota=QuotaState(200000, 400000, P)), [], id="in-sync-writes-nothing"),
+    pytest.param(PlanCase(cpus="0-3", quota=400000, pod_quota=400000, prev_quota=Q(200000, 400000),
+                          prev_pod_quota=Q(200000, 400000)), [], id="in-sync-writes-nothing"),
     pytest.param(PlanCase(ancestors=(("kubepods", "2-3"), (POD, "2-3"))), [
         ("cpuset/kubepods/cpuset.cpus", "2-3", "0-3"),
         (f"cpuset/{POD}/cpuset.cpus", "2-3", "0-3"),
@@ -161,16 +207,16 @@ PLANS = [
         (f"{CTR}/cpuset.cpus", "2-3", "0-3"),
         (f"{CTR}/cpu.max", "200000 100000", "400000 100000"),
     ], id="v2-empty-ancestor-request-inherits-and-is-left-alone"),
-    pytest.param(PlanCase(pod_quota=400000, prev_pod_quota=QuotaState(200000, 400000, P), members=2), [
+    pytest.param(PlanCase(pod_quota=400000, prev_pod_quota=Q(200000, 400000), members=2), [
         (f"cpu,cpuacct/{POD}/cpu.cfs_quota_us", "400000", "600000"),
         (f"cpuset/{CTR}/cpuset.cpus", "2-3", "0-3"),
         (f"cpu,cpuacct/{CTR}/cpu.cfs_quota_us", "200000", "400000"),
     ], id="second-member-of-a-pod"),
-    pytest.param(PlanCase(cpus="0-3", quota=400000, pod_quota=600000, prev_quota=QuotaState(200000, 400000, P),
-                          prev_pod_quota=QuotaState(200000, 600000, P), members=1, exclusive="2-3"), [
+    pytest.param(PlanCase(cpus="0-3", quota=400000, pod_quota=600000, prev_quota=Q(200000, 400000),
+                          prev_pod_quota=Q(200000, 600000), members=1, exclusive="2-3"), [
         (f"cpu,cpuacct/{POD}/cpu.cfs_quota_us", "600000", "400000"),
     ], id="pod-quota-lowered"),
-    pytest.param(PlanCase(cpus="2-3", pod_quota=600000, prev_pod_quota=QuotaState(200000, 600000, P), members=1), [
+    pytest.param(PlanCase(cpus="2-3", pod_quota=600000, prev_pod_quota=Q(200000, 600000), members=1), [
         (f"cpuset/{CTR}/cpuset.cpus", "2-3", "0-3"),
         (f"cpu,cpuacct/{CTR}/cpu.cfs_quota_us", "200000", "400000"),
         (f"cpu,cpuacct/{POD}/cpu.cfs_quota_us", "600000", "400000"),
@@ -182,17 +228,17 @@ PLANS = [
         (f"cpuset/{CTR}/cpuset.cpus", "2-3", "0-3"),
         (f"cpu,cpuacct/{CTR}/cpu.cfs_quota_us", "200000", "400000"),
     ], id="no-pod-cgroup"),
-    pytest.param(PlanCase(cpus="0-3", quota=300000, pod_quota=400000, prev_quota=QuotaState(200000, 400000, P),
-                          prev_pod_quota=QuotaState(200000, 400000, P)), [
+    pytest.param(PlanCase(cpus="0-3", quota=300000, pod_quota=400000, prev_quota=Q(200000, 400000),
+                          prev_pod_quota=Q(200000, 400000)), [
         (f"cpu,cpuacct/{CTR}/cpu.cfs_quota_us", "300000", "500000"),
     ], id="kubelet-resized-the-container"),
-    pytest.param(PlanCase(cpus="0-3", quota=300000, pod_quota=300000, prev_quota=QuotaState(200000, 400000, P),
-                          prev_pod_quota=QuotaState(200000, 400000, P)), [
+    pytest.param(PlanCase(cpus="0-3", quota=300000, pod_quota=300000, prev_quota=Q(200000, 400000),
+                          prev_pod_quota=Q(200000, 400000)), [
         (f"cpu,cpuacct/{POD}/cpu.cfs_quota_us", "300000", "500000"),
         (f"cpu,cpuacct/{CTR}/cpu.cfs_quota_us", "300000", "500000"),
     ], id="kubelet-resized-pod-and-container"),
-    pytest.param(PlanCase(cpus="2-3", quota=400000, pod_quota=400000, prev_quota=QuotaState(200000, 400000, P),
-                          prev_pod_quota=QuotaState(200000, 400000, P)), [
+    pytest.param(PlanCase(cpus="2-3", quota=400000, pod_quota=400000, prev_quota=Q(200000, 400000),
+                          prev_pod_quota=Q(200000, 400000)), [
         (f"cpuset/{CTR}/cpuset.cpus", "2-3", "0-3"),
     ], id="kubelet-rewrote-the-cpuset"),
     pytest.param(PlanCase(V2, quota=150000, pod_quota=150000, period=50000), [
@@ -228,13 +274,17 @@ def test_compute_plan_again_after_its_writes_writes_nothing(case: PlanCase, expe
     )
     again = case.plan(after, plan.quota, plan.pod_quota)
     assert again.writes == ()
-    assert (again.quota, again.pod_quota) == (plan.quota, plan.pod_quota)
+    # Once the writes are done only the new values are ours: the bookkeeping settles.
+    settled = [None if q is None else q._replace(ours=(q.applied,) if q.applied is not None else ())
+               for q in (plan.quota, plan.pod_quota)]
+    assert [again.quota, again.pod_quota] == settled
 
 
 def test_compute_plan_bookkeeping() -> None:
-    plan = PlanCase(pod_quota=400000, prev_pod_quota=QuotaState(200000, 400000, P), members=2).plan()
-    assert plan.quota == QuotaState(200000, 400000, P)
-    assert plan.pod_quota == QuotaState(200000, 600000, P)
+    plan = PlanCase(pod_quota=400000, prev_pod_quota=Q(200000, 400000), members=2).plan()
+    assert plan.quota == Q(200000, 400000)
+    # The pod's old value (one share) stays ours until the new one (two shares) is verified.
+    assert plan.pod_quota == Q(200000, 600000, P, 400000, 600000)
 
 
 def test_pod_members_are_counted_not_accumulated() -> None:
@@ -253,16 +303,16 @@ def test_pod_members_are_counted_not_accumulated() -> None:
 # -- compute_release ------------------------------------------------------------------------
 
 RELEASES = [
-    pytest.param(Quota(400000, P), QuotaState(200000, 400000, P), 0, ("400000", "200000"),
-                 QuotaState(200000, 200000, P), id="last-member-back-to-base"),
-    pytest.param(Quota(600000, P), QuotaState(200000, 600000, P), 1, ("600000", "400000"),
-                 QuotaState(200000, 400000, P), id="others-keep-their-share"),
-    pytest.param(Quota(200000, P), QuotaState(200000, 200000, P), 0, None, QuotaState(200000, 200000, P),
+    pytest.param(Quota(400000, P), Q(200000, 400000), 0, ("400000", "200000"),
+                 Q(200000, 200000, P, 400000, 200000), id="last-member-back-to-base"),
+    pytest.param(Quota(600000, P), Q(200000, 600000), 1, ("600000", "400000"),
+                 Q(200000, 400000, P, 600000, 400000), id="others-keep-their-share"),
+    pytest.param(Quota(200000, P), Q(200000, 200000), 0, None, Q(200000, 200000),
                  id="nothing-to-give-back"),
-    pytest.param(Quota(None, P), QuotaState(None, None, P), 0, None, QuotaState(None, None, P), id="unlimited"),
-    pytest.param(Quota(300000, P), QuotaState(200000, 600000, P), 1, ("300000", "500000"),
-                 QuotaState(300000, 500000, P), id="kubelet-resized-since-is-the-new-base"),
-    pytest.param(Quota(400000, P), None, 0, None, QuotaState(400000, 400000, P), id="no-bookkeeping-no-guessing"),
+    pytest.param(Quota(None, P), Q(None, None), 0, None, Q(None, None), id="unlimited"),
+    pytest.param(Quota(300000, P), Q(200000, 600000), 1, ("300000", "500000"),
+                 Q(300000, 500000), id="kubelet-resized-since-is-the-new-base"),
+    pytest.param(Quota(400000, P), None, 0, None, Q(400000, 400000), id="no-bookkeeping-no-guessing"),
 ]
 
 
@@ -279,7 +329,7 @@ def test_compute_release(current: Quota, prev: Optional[QuotaState], left: int, 
 
 
 def test_compute_release_v2_format() -> None:
-    write, _ = compute_release(V2, dirs(V2, POD), Quota(400000, P), QuotaState(200000, 400000, P), 2, 0)
+    write, _ = compute_release(V2, dirs(V2, POD), Quota(400000, P), Q(200000, 400000), 2, 0)
     assert (write.old, write.new) == ("400000 100000", "200000 100000")
 
 

@@ -22,6 +22,28 @@ from mixed_cpus_hook.records import (
     state_lock,
 )
 
+def container_doc(cid: str, **extra: Any) -> Dict[str, Any]:
+    """A valid container record (records are checked when loaded)."""
+    doc = {"schema": SCHEMA_VERSION, "id": cid, "namespace": "ns", "pod": "p", "container": "c", "pod_uid": "u",
+           "cgroup_version": 1, "cgroup": {"cpuset": "/sys/fs/cgroup/cpuset/x", "cpu": "/sys/fs/cgroup/cpu/x"},
+           "pod_cgroup": None, "pod_key": None, "exclusive": "2-3", "shared": "0-1", "desired": "0-3",
+           "quota": {"base": None, "applied": None, "period": 100000}, "created": "2026-01-01T00:00:00Z",
+           "updated": "2026-01-01T00:00:00Z"}
+    doc.update(extra)
+    return doc
+
+
+def pod_doc(key: str, **extra: Any) -> Dict[str, Any]:
+    doc = {"schema": SCHEMA_VERSION, "key": key, "cgroup": {"cpuset": "/a", "cpu": "/b"},
+           "quota": None, "members": ["c1"]}
+    doc.update(extra)
+    return doc
+
+
+def doc_for(kind: str, name: str, **extra: Any) -> Dict[str, Any]:
+    return container_doc(name, **extra) if kind == "containers" else pod_doc(name, **extra)
+
+
 REFUSED_NAMES = [
     pytest.param("containers", "../x", id="parent-dir"),
     pytest.param("containers", "..", id="dotdot"),
@@ -67,7 +89,7 @@ ACCEPTED_NAMES = [
 @pytest.mark.parametrize("kind,name", ACCEPTED_NAMES)
 def test_plain_names_round_trip(tmp_path: Path, kind: str, name: str) -> None:
     state_dir = str(tmp_path / "state")
-    doc = {"schema": SCHEMA_VERSION, "name": name}
+    doc = doc_for(kind, name)
     path = save_record(state_dir, kind, name, doc)
     assert path == os.path.join(state_dir, kind, name + ".json")
     assert load_record(state_dir, kind, name) == doc
@@ -80,22 +102,22 @@ def test_plain_names_round_trip(tmp_path: Path, kind: str, name: str) -> None:
 def test_save_replaces_the_file_whole(tmp_path: Path) -> None:
     """A reader holding the old file keeps reading the old record: the new one is a new inode."""
     state_dir = str(tmp_path)
-    path = save_record(state_dir, "containers", "c1", {"schema": 1, "v": "old" * 1000})
+    path = save_record(state_dir, "containers", "c1", container_doc("c1", pod="old" * 1000))
     with open(path, encoding="utf-8") as reader:
         inode = os.stat(path).st_ino
-        save_record(state_dir, "containers", "c1", {"schema": 1, "v": "new"})
-        assert json.load(reader)["v"] == "old" * 1000
+        save_record(state_dir, "containers", "c1", container_doc("c1", pod="new"))
+        assert json.load(reader)["pod"] == "old" * 1000
     assert os.stat(path).st_ino != inode
-    assert load_record(state_dir, "containers", "c1")["v"] == "new"
+    assert load_record(state_dir, "containers", "c1")["pod"] == "new"
     assert sorted(os.listdir(tmp_path / "containers")) == ["c1.json"]
 
 
 def test_failed_save_keeps_the_old_record(tmp_path: Path) -> None:
     state_dir = str(tmp_path)
-    save_record(state_dir, "containers", "c1", {"schema": 1, "v": 1})
+    save_record(state_dir, "containers", "c1", container_doc("c1"))
     with pytest.raises(TypeError):
-        save_record(state_dir, "containers", "c1", {"schema": 1, "v": object()})
-    assert load_record(state_dir, "containers", "c1") == {"schema": 1, "v": 1}
+        save_record(state_dir, "containers", "c1", container_doc("c1", pod=object()))
+    assert load_record(state_dir, "containers", "c1") == container_doc("c1")
 
 
 def test_failed_rename_removes_the_temporary(tmp_path: Path) -> None:
@@ -106,11 +128,43 @@ def test_failed_rename_removes_the_temporary(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "containers") == ["c2.json"]
 
 
+def _record_bytes(**changes: Any) -> bytes:
+    doc = container_doc("c1")
+    for key, value in changes.items():
+        if value is KeyError:
+            del doc[key]
+        else:
+            doc[key] = value
+    return json.dumps(doc).encode()
+
+
 LOAD_ERRORS = [
-    pytest.param(b"{", "not JSON", id="not-json"),
-    pytest.param(b"[]", "not a schema 1 record", id="array"),
-    pytest.param(b'{"id": "c1"}', "not a schema 1 record", id="no-schema"),
-    pytest.param(b'{"schema": 2}', "not a schema 1 record", id="future-schema"),
+    pytest.param(b"{", "invalid record: not JSON", id="not-json"),
+    pytest.param(_record_bytes()[:-9], "invalid record: not JSON", id="truncated"),
+    pytest.param(b"[]", "invalid record: not a JSON object", id="array"),
+    pytest.param(b'{"id": "c1"}', "invalid record: not a schema 1 record", id="no-schema"),
+    pytest.param(b'{"schema": 2}', "invalid record: not a schema 1 record", id="future-schema"),
+    pytest.param(b"[" * 100000 + b"]" * 100000, "invalid record: nested too deeply", id="deeply-nested"),
+    pytest.param(_record_bytes(exclusive=5), "invalid record: exclusive is missing or not a cpulist string",
+                 id="exclusive-wrong-type"),
+    pytest.param(_record_bytes(exclusive="2-x"), "invalid record: exclusive '2-x' is not a cpulist",
+                 id="exclusive-not-a-cpulist"),
+    pytest.param(_record_bytes(quota=KeyError), "invalid record: quota is not an object", id="quota-missing"),
+    pytest.param(_record_bytes(quota={"base": 1, "applied": "2", "period": 100000}),
+                 "invalid record: quota.applied is not a non-negative integer or null", id="quota-applied-string"),
+    pytest.param(_record_bytes(quota={"base": 1, "applied": 2, "period": 0}),
+                 "invalid record: quota.period is not a positive integer", id="quota-period-zero"),
+    pytest.param(_record_bytes(quota={"base": 1, "applied": 2, "period": 1, "ours": [True]}),
+                 "invalid record: quota.ours is not a list of non-negative integers", id="quota-ours-bool"),
+    pytest.param(_record_bytes(id="c2"), "invalid record: id does not match the file name", id="id-mismatch"),
+    pytest.param(_record_bytes(cgroup={"cpuset": "x", "cpu": "/y"}),
+                 "invalid record: cgroup is not a pair of absolute cgroup paths", id="cgroup-relative"),
+    pytest.param(_record_bytes(pod_key="p"), "invalid record: pod_key and pod_cgroup must be both set or both null",
+                 id="pod-key-without-cgroup"),
+    pytest.param(_record_bytes(mode="cri"), "invalid record: mode is not one of hook, nri", id="unknown-mode"),
+    pytest.param(_record_bytes(cgroup_version=True), "invalid record: cgroup_version is not 1 or 2",
+                 id="cgroup-version-bool"),
+    pytest.param(b" " * (2 << 20), "larger than", id="huge"),
 ]
 
 
@@ -129,8 +183,23 @@ def test_load_record_does_not_follow_a_symlink(tmp_path: Path) -> None:
     secret.write_text('{"schema": 1, "stolen": true}')
     (tmp_path / "containers").mkdir()
     os.symlink(secret, tmp_path / "containers" / "c1.json")
-    with pytest.raises(RecordError, match="cannot read"):
+    with pytest.raises(RecordError, match="is a symbolic link; refusing to follow it"):
         load_record(str(tmp_path), "containers", "c1")
+
+
+@pytest.mark.parametrize("kind", ["containers", "pods"])
+def test_a_symlinked_state_subdirectory_is_refused(tmp_path: Path, kind: str) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    os.symlink(elsewhere, state / kind)
+    name = "c1" if kind == "containers" else "pod1"
+    for call in (lambda: save_record(str(state), kind, name, doc_for(kind, name)),
+                 lambda: load_record(str(state), kind, name), lambda: list_records(str(state), kind)):
+        with pytest.raises(RecordError, match="is a symbolic link to .*refusing to follow it"):
+            call()
+    assert os.listdir(elsewhere) == []
 
 
 def test_save_record_does_not_write_through_a_planted_temporary_symlink(tmp_path: Path) -> None:
@@ -249,7 +318,8 @@ def test_concurrent_hooks_of_one_pod_lose_no_update(fake_node: Callable[..., Any
     assert list(pods.values())[0]["members"] == ids
     members = len(ids)
     expected_pod = 200000 + members * 2 * 100000
-    assert list(pods.values())[0]["quota"] == {"base": 200000, "applied": expected_pod, "period": 100000}
+    assert list(pods.values())[0]["quota"] == {"base": 200000, "applied": expected_pod, "period": 100000,
+                                             "ours": [expected_pod]}
     assert node.quota(pod_rel) == str(expected_pod)
     assert sorted(node.records("containers")) == ids
     for rel in rels.values():
