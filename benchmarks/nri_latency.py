@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""NRI mode: how fast the plugin answers, how much memory it keeps, what it costs idle.
+
+What runs: ``mixed-cpus-hook nri --socket PATH`` as its own process (the real command, the
+real handlers and engine) on a fake node (mixed_cpus_hook.fakenode: cgroup v1 or v2 files in
+a temporary directory, so no root is needed), connected to this script over a real unix
+socket; this script plays the runtime (the in-test peer of tests/unit/nri/peer.py): it
+registers the plugin, configures and synchronizes it, then
+
+* ``--requests`` CreateContainer requests for asking containers (distinct pods), then as many
+  UpdateContainer requests (kubelet's cpuset-only rewrite), then RemoveContainer for each:
+  the time from sending a request to its answer, p50/p99/max for each kind;
+* create/remove cycles: the plugin's resident memory (VmRSS) after ``--cycles-warm`` and after
+  ``--cycles`` cycles (no growth expected);
+* ``--idle`` seconds without a request: the plugin's CPU time (utime + stime) meanwhile.
+
+Prints the figures and exits 0. The in-process path (fake files on tmpfs) makes this the
+plugin's own cost, not a real kernel's cgroup writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "hook"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "nri"))
+
+from mixed_cpus_hook.fakenode import FakeNode  # noqa: E402
+from mixed_cpus_hook.nri import api  # noqa: E402
+from peer import RuntimePeer, create_request  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def pct(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summary(name: str, seconds: List[float]) -> str:
+    ms = [s * 1000 for s in seconds]
+    return (f"{name:<16} n={len(ms):<5} p50 {statistics.median(ms):7.3f} ms   p99 {pct(ms, 0.99):7.3f} ms   "
+            f"max {max(ms):7.3f} ms")
+
+
+class Bench:
+    def __init__(self, root: str, version: int, python: str) -> None:
+        self.node = FakeNode(os.path.join(root, "node"), version=version, online="0-3")
+        self.config = self.node.write_config("0-1")
+        self.sock_path = os.path.join(root, "nri.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.sock_path)
+        listener.listen(1)
+        listener.settimeout(60)
+        env = dict(os.environ, MIXED_CPUS_HOOK_CACHE_DIR=os.path.join(root, "cache"),
+                   PYTHONPATH=os.path.join(REPO, "hook"))
+        env.pop("JOURNAL_STREAM", None)
+        self.proc = subprocess.Popen([python, "-m", "mixed_cpus_hook", "--config", self.config, "nri",
+                                      "--socket", self.sock_path], env=env, stderr=subprocess.DEVNULL)
+        conn, _ = listener.accept()
+        listener.close()
+        self.peer = RuntimePeer(conn)
+        self.peer.handshake()
+        self._uids: Dict[str, str] = {}
+
+    def new_container(self) -> str:
+        cid = uuid.uuid4().hex + uuid.uuid4().hex
+        uid = str(uuid.uuid4())
+        self.node.add_container(cid, pod_uid=uid, cpus="2-3", quota=200000, pod_quota=200000)
+        self._uids[cid] = uid
+        return cid
+
+    def timed(self, method: str, msg: object, reply: object) -> float:
+        start = time.perf_counter()
+        self.peer.call(method, msg, reply)
+        return time.perf_counter() - start
+
+    def create(self, cid: str) -> float:
+        return self.timed("CreateContainer", create_request(cid, pod_uid=self._uids[cid]), api.CreateContainerResponse)
+
+    def update(self, cid: str) -> float:
+        req = api.UpdateContainerRequest(container=api.Container(id=cid))
+        req.linux_resources.cpu.cpus = "2-3"
+        return self.timed("UpdateContainer", req, api.UpdateContainerResponse)
+
+    def remove(self, cid: str) -> float:
+        event = api.StateChangeEvent(event=api.EVENTS["REMOVE_CONTAINER"], container=api.Container(id=cid))
+        took = self.timed("StateChange", event, api.Empty)
+        rel = f"kubepods/pod{self._uids.pop(cid)}"
+        for hier in (("cpuset", "cpu,cpuacct") if self.node.version == 1 else ("",)):
+            shutil.rmtree(os.path.join(self.node.cgroup_root, hier, rel), ignore_errors=True)
+        return took
+
+    def close(self) -> None:
+        self.peer.sock.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=300, help="CreateContainer/UpdateContainer requests (>= 200)")
+    ap.add_argument("--cycles-warm", type=int, default=100)
+    ap.add_argument("--cycles", type=int, default=1000)
+    ap.add_argument("--idle", type=float, default=5.0)
+    ap.add_argument("--cgroup", type=int, choices=(1, 2), default=1)
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    root = tempfile.mkdtemp(prefix="nri-bench-", dir=base)
+    bench = None
+    try:
+        bench = Bench(root, args.cgroup, args.python)
+        ids = [bench.new_container() for _ in range(args.requests)]
+        creates = [bench.create(cid) for cid in ids]
+        updates = [bench.update(cid) for cid in ids]
+        removes = [bench.remove(cid) for cid in ids]
+        print(f"plugin: {args.python} -m mixed_cpus_hook nri (pid {bench.proc.pid}), fake cgroup v{args.cgroup} "
+              f"node on {base or 'disk'}, over a unix socket")
+        print(summary("CreateContainer", creates))
+        print(summary("UpdateContainer", updates))
+        print(summary("RemoveContainer", removes))
+        rss = {}
+        for n in range(1, args.cycles + 1):
+            cid = bench.new_container()
+            bench.create(cid)
+            bench.remove(cid)
+            if n in (args.cycles_warm, args.cycles):
+                rss[n] = rss_kib(bench.proc.pid)
+        print(f"RSS after {args.cycles_warm} create/remove cycles: {rss[args.cycles_warm]} KiB; after {args.cycles}: "
+              f"{rss[args.cycles]} KiB (growth {rss[args.cycles] - rss[args.cycles_warm]:+d} KiB)")
+        before = cpu_seconds(bench.proc.pid)
+        time.sleep(args.idle)
+        idle = cpu_seconds(bench.proc.pid) - before
+        print(f"CPU time while idle for {args.idle:g} s: {idle * 1000:.0f} ms (clock tick {1000 / CLK_TCK:.0f} ms)")
+    finally:
+        if bench is not None:
+            bench.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
