@@ -185,6 +185,8 @@ class Containerd:
         with open(self.config, "w", encoding="utf-8") as f:
             f.write(format_config(self.dir, PAUSE_IMAGE, runc, request_timeout))
         self.proc: Optional[subprocess.Popen] = None
+        self.cri_timeout = 30.0  # seconds per CRI call (more in the emulated VM)
+        self.start_timeout = START_TIMEOUT
         self._cri: Optional[CriClient] = None
         self.starts = 0
 
@@ -194,8 +196,9 @@ class Containerd:
         env["PATH"] = f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         return env
 
-    def start(self, timeout: float = START_TIMEOUT) -> None:
+    def start(self, timeout: Optional[float] = None) -> None:
         """Start containerd and wait until CRI answers RuntimeReady and the NRI socket exists."""
+        timeout = timeout or self.start_timeout
         assert self.proc is None, "containerd already started"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([os.path.join(self.bin, "containerd"), "--config", self.config],
@@ -244,7 +247,7 @@ class Containerd:
     @property
     def cri(self) -> CriClient:
         if self._cri is None:
-            self._cri = CriClient(self.sock)
+            self._cri = CriClient(self.sock, self.cri_timeout)
         return self._cri
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:

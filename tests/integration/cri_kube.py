@@ -68,6 +68,7 @@ class Kube:
     def __init__(self, ctd: Containerd, top: str, log_dir: str) -> None:
         self.ctd, self.top, self.log_dir = ctd, top, log_dir
         self.v2 = cgroup_v2()
+        self.exec_timeout = 20
         os.makedirs(log_dir, exist_ok=True)
         self.made: List[str] = []
 
@@ -151,8 +152,8 @@ class Kube:
 
     def inside(self, cid: str) -> Dict[str, str]:
         """Cpus_allowed_list of PID 1 in the container and its OPENSHIFT_* environment, read inside."""
-        rc, out, err = self.cri.exec_sync(cid, ["sh", "-c", "grep Cpus_allowed_list: /proc/1/status; "
-                                                "tr '\\0' '\\n' < /proc/1/environ | grep ^OPENSHIFT_ || true"])
+        script = "grep Cpus_allowed_list: /proc/1/status; tr '\\0' '\\n' < /proc/1/environ | grep ^OPENSHIFT_ || true"
+        rc, out, err = self.cri.exec_sync(cid, ["sh", "-c", script], timeout=self.exec_timeout)
         assert rc == 0, f"exec in {cid} exited {rc}: {err}"
         got = {}
         for line in out.splitlines():
@@ -183,6 +184,7 @@ class Plugin:
         self.env.pop("MIXED_CPUS_HOOK_CONFIG", None)
         self.proc: Optional[subprocess.Popen] = None
         self.argv = [hook_executable(), "--config", config_path, "nri", "--socket", socket_path]
+        self.ready_timeout = PLUGIN_READY_TIMEOUT
 
     def start(self, wait: bool = True) -> None:
         assert self.proc is None or self.proc.poll() is not None, "plugin already running"
@@ -193,8 +195,9 @@ class Plugin:
         if wait:
             self.wait_synchronized(mark)
 
-    def wait_synchronized(self, mark: int, timeout: float = PLUGIN_READY_TIMEOUT) -> None:
+    def wait_synchronized(self, mark: int, timeout: Optional[float] = None) -> None:
         """Until containerd's log (after ``mark``) says the plugin is synchronized."""
+        timeout = timeout or self.ready_timeout
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -235,10 +238,12 @@ class Plugin:
 class Watcher:
     """Sample one cgroup file in a tight loop (a thread) and count inotify IN_MODIFY events on it."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, pause: float = 0.0) -> None:
+        self.path, self.pause = path, pause  # pause: between samples (the emulated VM has little CPU)
         self.seen: Dict[str, int] = {}
         self.samples = 0
+        self.transitions: List[tuple] = []  # (time.perf_counter(), value) whenever the sampled value changed
+        self.event_times: List[float] = []  # when inotify batches arrived
         self.events = 0
         self.after_event: List[str] = []  # the value read right after each batch of events
         self._stop = threading.Event()
@@ -254,10 +259,16 @@ class Watcher:
         return os.pread(self.fd, 4096, 0).decode("ascii").strip()
 
     def _poll(self) -> None:
+        last = None
         while not self._stop.is_set():
             v = self._read()
+            if v != last:
+                self.transitions.append((time.perf_counter(), v))
+                last = v
             self.seen[v] = self.seen.get(v, 0) + 1
             self.samples += 1
+            if self.pause:
+                time.sleep(self.pause)
 
     def _inotify(self) -> None:
         while not self._stop.is_set():
@@ -267,6 +278,7 @@ class Watcher:
                     data = os.read(self.ifd, 65536)
                 except BlockingIOError:
                     continue
+                self.event_times.append(time.perf_counter())
                 self.events += len(data) // struct.calcsize("iIII")
                 self.after_event.append(self._read())
 
@@ -285,3 +297,11 @@ class Watcher:
 
     def values(self) -> set:
         return set(self.seen) | set(self.after_event)
+
+    def time_at(self, value: str, until: float) -> float:
+        """Seconds the sampled file held ``value`` (up to ``until``, a perf_counter() time)."""
+        total = 0.0
+        for (t, v), nxt in zip(self.transitions, self.transitions[1:] + [(until, None)]):
+            if v == value:
+                total += max(0.0, min(nxt[0], until) - t)
+        return total

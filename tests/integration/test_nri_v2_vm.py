@@ -1,0 +1,165 @@
+"""The NRI plugin with a real containerd 1.7 on cgroup v2, in one throwaway VM.
+
+The machine has no cgroup v2 controllers (hybrid layout), so the scenario runs in a virtme-ng
+VM (vm.py: Debian's kernel under qemu without KVM, 4 vCPUs, the host's files read-only, so the
+containerd binaries in the host's cache, runc, busybox and the venv with grpcio are all there).
+``vm_scenarios/nri_v2.py`` starts containerd and the plugin with the harness of the v1 tests,
+performs every step over CRI and writes exact values into a results file; the tests below
+assert each step from it.
+
+Shared CPUs "0-1", the container's exclusive "2-3": mixed is "0-3" (cpuset.cpus and
+cpuset.cpus.effective), its cpu.max quota 200000 + 2 x 100000 = 400000, its pod's
+300000 + 200000 = 500000. One VM boot runs every check (the VM is emulated: slow).
+Set ``MIXED_CPUS_HOOK_VM_RESULTS=/some/file.json`` to keep a copy of the results file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+try:  # tests/integration as a package
+    from . import containerd as ctd_mod
+    from . import vm
+except ImportError:  # rootdir-relative import (no __init__.py)
+    import containerd as ctd_mod  # type: ignore[no-redef]
+    import vm  # type: ignore[no-redef]
+
+pytestmark = [pytest.mark.integration, pytest.mark.vm]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIO = os.path.join(HERE, "vm_scenarios", "nri_v2.py")
+SHARED, EXCLUSIVE, MIXED = "0-1", "2-3", "0-3"
+PERIOD, QUOTA, POD_QUOTA = 100000, 200000, 300000
+RAISED, POD_RAISED = QUOTA + 2 * PERIOD, POD_QUOTA + 2 * PERIOD
+VM_TIMEOUT = 900  # a cap; ~3 min on an idle 2-CPU host
+INPUT = {
+    "integration_dir": HERE,
+    "base_dir": "/run/mch-nri",  # tmpfs in the VM (its /tmp is an overlay: no overlayfs upper there)
+    "top": "/mch-nri-v2",
+    "shared": SHARED, "exclusive": EXCLUSIVE, "mixed": MIXED,
+    "quota": QUOTA, "pod_quota": POD_QUOTA, "period": PERIOD,
+    "request_timeout": "60s",  # NRI's per-request timeout: a Python plugin under emulation needs more than 2 s
+    "cri_timeout": 120.0, "start_timeout": 300.0, "plugin_timeout": 180.0, "exec_timeout": 60, "settle": 60.0,
+}
+
+
+@pytest.fixture(scope="module")
+def run():
+    reason = vm.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        ctd_mod.ensure_binaries()
+    except RuntimeError as exc:
+        pytest.fail(f"containerd is not in the cache: {exc}")
+    with tempfile.TemporaryDirectory(prefix="mch-nri-vm-") as rwdir:
+        with open(os.path.join(rwdir, "input.json"), "w", encoding="utf-8") as f:
+            json.dump(INPUT, f, indent=1)
+        script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
+        try:
+            result, timeout = vm.run_in_vm(script, rwdir, cpus=4, timeout=VM_TIMEOUT), None
+        except vm.VMTimeoutError as exc:
+            result, timeout = None, exc
+        path = os.path.join(rwdir, "results.json")
+        doc = None
+        if os.path.isfile(path):
+            if os.environ.get("MIXED_CPUS_HOOK_VM_RESULTS"):
+                shutil.copyfile(path, os.environ["MIXED_CPUS_HOOK_VM_RESULTS"])
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+    if timeout is not None:
+        pytest.fail(f"{timeout}\nsteps done: {(doc or {}).get('order')}\n--- vng console (tail) ---\n"
+                    + "\n".join(timeout.vng_output.splitlines()[-30:]))
+    if doc is None:
+        pytest.fail(f"the VM wrote no results file\n{result.describe()}")
+    print(f"\nNRI v2 VM: {result.elapsed:.1f} s in all, scenario {doc.get('elapsed')} s")
+    return Run(result, doc)
+
+
+class Run:
+    def __init__(self, result, doc: dict) -> None:
+        self.result, self.doc = result, doc
+
+    def step(self, name: str) -> dict:
+        steps = self.doc.get("steps", {})
+        if name not in steps:
+            pytest.fail(f"step {name!r} did not run; steps run: {self.doc.get('order')}\n"
+                        f"scenario error: {self.doc.get('error')}\ncontainerd log:\n{self.doc.get('containerd_log')}\n"
+                        f"plugin logs: {self.doc.get('plugin_logs')}\n{self.result.describe()}")
+        return steps[name]
+
+
+def show(value) -> str:
+    return json.dumps(value, indent=1, sort_keys=True)[:6000]
+
+
+def mixed(pod_quota: int = POD_RAISED) -> dict:
+    return {"cpus": MIXED, "effective": MIXED, "quota": RAISED, "pod_quota": pod_quota}
+
+
+def test_vm_runs_containerd_with_nri_on_cgroup_v2(run):
+    assert run.doc["error"] is None, f"{run.doc['error']}\ncontainerd log:\n{run.doc.get('containerd_log')}"
+    env = run.doc["env"]
+    assert env["cgroup_fs"] == ["cgroup2"], show(env)
+    assert {"cpuset", "cpu"} <= set(env["controllers"]), show(env)
+    assert env["online"] == "0-3", show(env)
+    assert env["containerd"].startswith("1.7."), show(env)
+    s = run.step("containerd")
+    assert "containerd 1.7" in s["version"], show(s)
+    assert run.doc["done"] is True, show(run.doc["order"])
+    assert run.doc["cleanup"]["problems"] == [], show(run.doc["cleanup"])
+
+
+def test_created_mixed_with_env_sibling_untouched_on_v2(run):
+    s = run.step("create")
+    assert s["values"] == mixed(), show(s)
+    assert s["inside"] == {"Cpus_allowed_list": MIXED, "OPENSHIFT_ISOLATED_CPUS": EXCLUSIVE,
+                           "OPENSHIFT_SHARED_CPUS": SHARED}, show(s)
+    assert s["side_values"] == {"cpus": SHARED, "effective": SHARED, "quota": 100000, "pod_quota": POD_RAISED}, show(s)
+    assert s["side_inside"] == {"Cpus_allowed_list": SHARED}, show(s)
+    assert s["records"] == [s["cid"]], show(s)
+
+
+def test_kubelet_update_never_exclusive_only_on_v2(run):
+    s = run.step("update")
+    assert s["rewrite"]["cpus_events"] >= 2, show(s)
+    assert s["rewrite"]["cpus_seen"] == [MIXED], show(s)
+    assert s["rewrite"]["quota_seen"] == [f"{RAISED} {PERIOD}"], show(s)
+    assert s["after"] == mixed(), show(s)
+    assert s["resize"]["cpus_seen"] == [MIXED], show(s)
+    assert (s["after_resize"]["cpus"], s["after_resize"]["quota"]) == (MIXED, RAISED + 100000), show(s)
+    assert s["after_resize_back"] == mixed(), show(s)
+    assert s["inside"]["Cpus_allowed_list"] == MIXED, show(s)
+
+
+def test_plugin_killed_then_restarted_resyncs_on_v2(run):
+    s = run.step("plugin_kill")
+    assert EXCLUSIVE in s["rewrite"]["cpus_seen"], show(s)  # no plugin: kubelet's value lands (and is seen)
+    assert s["values"]["cpus"] == EXCLUSIVE, show(s)
+    s = run.step("plugin_restart")
+    assert s["values"] == mixed(), show(s)  # back to mixed, the pod raised once only
+    assert len(s["records"]) == 1, show(s)
+
+
+def test_containerd_restart_plugin_reconnects_on_v2(run):
+    s = run.step("containerd_restart")
+    assert s["plugin_running"] is True, show(s)
+    assert s["old"] == mixed(), show(s)
+    assert s["new"] == mixed(), show(s)
+    assert s["new_inside"]["Cpus_allowed_list"] == MIXED, show(s)
+    assert len(s["records"]) == 2, show(s)
+
+
+def test_stop_remove_and_failure_policy_on_v2(run):
+    s = run.step("stop_remove")
+    assert s["pod_quota_after_stop"] == POD_QUOTA, show(s)
+    assert s["still_recorded"] is False, show(s)
+    s = run.step("fail_policy")
+    assert s["error"] and "value 'yes' is not 'enable'" in s["error"], show(s)
+    assert s["pod_quota"] == POD_QUOTA and s["plugin_running"] is True, show(s)

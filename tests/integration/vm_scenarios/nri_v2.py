@@ -1,0 +1,214 @@
+"""Run inside the cgroup v2 VM (test_nri_v2_vm.py): the NRI plugin with a private containerd 1.7.
+
+``python nri_v2.py INPUT.json RESULTS.json``. Uses the same harness as the v1 tests
+(tests/integration/containerd.py, cri.py, cri_kube.py, images.py; the containerd binaries come
+from the host's cache, visible in the VM). Each step's exact values go into the results file,
+rewritten after every step, so the test on the host can say which step failed and why.
+
+Under emulation everything is slow (a Python start takes seconds), so containerd's NRI request
+timeout is raised (the plugin answers well inside 2 s on real hardware; here its first answers
+can take longer) and every wait is generous. containerd's directory is under /run (tmpfs):
+the VM's /tmp is an overlay, which overlayfs does not accept as an upper layer.
+
+Steps: env, containerd, plugin, create (app mixed + env; sibling untouched), update (kubelet's
+cpuset rewrite twice and a resize, watched), plugin_kill (an update while no plugin runs reaches
+the cgroup), plugin_restart (resync back to mixed, pod raised once), containerd_restart (the
+plugin reconnects, a new container is mixed), stop_remove (the pod's share back), fail_policy
+(a bad annotation fails CreateContainer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+
+_started = time.monotonic()
+
+
+class Results:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.doc = {"done": False, "error": None, "env": {}, "steps": {}, "order": [], "elapsed": 0.0}
+        self.save()
+
+    def save(self) -> None:
+        self.doc["elapsed"] = round(time.monotonic() - _started, 2)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.doc, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, self.path)
+
+    def step(self, name: str, **values) -> None:
+        values["t"] = round(time.monotonic() - _started, 2)
+        self.doc["steps"][name] = values
+        self.doc["order"].append(name)
+        self.save()
+
+
+def wait_for(read, expected, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if value == expected or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def remove_cgroups(top: str, timeout: float = 20.0) -> list:
+    """``top`` and everything below it in every cgroup hierarchy, deepest first, retrying while tasks exit."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        roots = [line.split(" ")[4] for line in f if line.split(" - ")[1].split()[0] in ("cgroup", "cgroup2")]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for root in roots:
+            for cur, _dirs, _files in sorted(os.walk(root + top), key=lambda e: -e[0].count("/")):
+                try:
+                    os.rmdir(cur)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    left.append(f"{cur}: {exc.strerror}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def main(argv) -> int:
+    with open(argv[1], encoding="utf-8") as f:
+        inp = json.load(f)
+    res = Results(argv[2])
+    sys.path.insert(0, inp["integration_dir"])
+    import containerd as ctd_mod  # noqa: PLC0415 (the harness, from the host's checkout)
+    from cri import CriError  # noqa: PLC0415
+    from cri_kube import Kube, Plugin, Watcher  # noqa: PLC0415
+
+    excl, shared = inp["exclusive"], inp["shared"]
+    quota, pod_quota, period = inp["quota"], inp["pod_quota"], inp["period"]
+    base = inp["base_dir"]
+    os.makedirs(base, exist_ok=True)
+    ctd = ctd_mod.Containerd(owned_cgroups=[inp["top"]], request_timeout=inp["request_timeout"], parent_dir=base)
+    ctd.cri_timeout, ctd.start_timeout = inp["cri_timeout"], inp["start_timeout"]
+    kube = None
+    plugins = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split(" - ")[1].split()[0] for line in f if " /sys/fs/cgroup " in line]
+        controllers = []
+        if os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):  # (the scenario also runs on v1, for development)
+            with open("/sys/fs/cgroup/cgroup.controllers", encoding="ascii") as f:
+                controllers = f.read().split()
+        with open("/sys/devices/system/cpu/online", encoding="ascii") as f:
+            online = f.read().strip()
+        res.doc["env"] = {"cgroup_fs": mounts, "controllers": controllers, "online": online,
+                          "containerd": ctd_mod.version()}
+        res.save()
+
+        t0 = time.monotonic()
+        ctd.start()
+        names = ctd.import_images()
+        res.step("containerd", seconds=round(time.monotonic() - t0, 2), images=names, version=ctd.cri.version())
+
+        kube = Kube(ctd, inp["top"], os.path.join(base, "pod-logs"))
+        kube.exec_timeout = inp["exec_timeout"]
+        state = os.path.join(base, "state")
+
+        def plugin(policy: str = "fail") -> Plugin:
+            path = os.path.join(base, f"nri-{len(plugins)}.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'shared_cpus: "{shared}"\nstate_dir: {state}\nfailure_policy: {policy}\n'
+                        f"allowed_namespaces: [mixed-ns]\nkubelet_state_file: {base}/none/cpu_manager_state\n")
+            p = Plugin(path, ctd.nri_sock, os.path.join(base, f"plugin-{len(plugins)}.log"), ctd,
+                       env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(base, "cache")})
+            p.argv.insert(1, "-v")
+            p.ready_timeout = inp["plugin_timeout"]
+            plugins.append(p)
+            t = time.monotonic()
+            p.start()
+            p.started_in = round(time.monotonic() - t, 2)
+            return p
+
+        def records():
+            d = os.path.join(state, "containers")
+            return sorted(e[:-5] for e in os.listdir(d) if e.endswith(".json")) if os.path.isdir(d) else []
+
+        def watched(pod, cid, updates):
+            with Watcher(kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus", pause=0.001) as wc, \
+                    Watcher(kube.quota_file(pod, cid), pause=0.001) as wq:
+                for u in updates:
+                    kube.update(cid, **u)
+            return {"cpus_seen": sorted(wc.values()), "cpus_events": wc.events, "cpus_samples": wc.samples,
+                    "quota_seen": sorted(wq.values())}
+
+        p = plugin()
+        res.step("plugin", seconds=p.started_in)
+
+        pod = kube.pod(quota=pod_quota)
+        cid = kube.container(pod, "app", cpus=excl, quota=quota, period=period)
+        side = kube.container(pod, "side", cpus=shared, quota=100000, period=period)
+        res.step("create", cid=cid, values=kube.values(pod, cid), inside=kube.inside(cid),
+                 side_values=kube.values(pod, side), side_inside=kube.inside(side), records=records())
+
+        w = watched(pod, cid, [{"cpus": excl}, {"cpus": excl}])
+        after = kube.values(pod, cid)
+        w2 = watched(pod, cid, [{"cpus": excl, "quota": quota + 100000, "period": period}])
+        after_resize = kube.values(pod, cid)
+        kube.update(cid, cpus=excl, quota=quota, period=period)  # and resized back
+        res.step("update", rewrite=w, after=after, resize=w2, after_resize=after_resize,
+                 after_resize_back=kube.values(pod, cid), inside=kube.inside(cid))
+
+        p.kill()
+        w = watched(pod, cid, [{"cpus": excl}])
+        res.step("plugin_kill", rewrite=w, values=kube.values(pod, cid))
+
+        p = plugin()
+        mixed = wait_for(lambda: kube.values(pod, cid)["cpus"], inp["mixed"], inp["settle"])
+        res.step("plugin_restart", seconds=p.started_in, cpus=mixed, values=kube.values(pod, cid), records=records())
+
+        mark = ctd.log_mark()
+        t0 = time.monotonic()
+        ctd.restart()
+        p.wait_synchronized(mark)
+        reconnect = round(time.monotonic() - t0, 2)
+        pod2 = kube.pod(name="du2", quota=pod_quota)
+        cid2 = kube.container(pod2, "app", cpus=excl, quota=quota, period=period)
+        res.step("containerd_restart", seconds=reconnect, plugin_running=p.running(), old=kube.values(pod, cid),
+                 new=kube.values(pod2, cid2), new_inside=kube.inside(cid2), records=records())
+
+        kube.cri.stop(cid, timeout=0)
+        pod_after_stop = wait_for(pod.quota, pod_quota, inp["settle"])
+        kube.cri.remove(cid)
+        left = wait_for(lambda: cid in records(), False, inp["settle"])
+        res.step("stop_remove", pod_quota_after_stop=pod_after_stop, still_recorded=left, records=records())
+
+        pod3 = kube.pod(name="du3", quota=pod_quota, value="yes")
+        try:
+            kube.container(pod3, "app", cpus=excl, quota=quota, period=period)
+            error = None
+        except CriError as exc:
+            error = exc.details
+        res.step("fail_policy", error=error, pod_quota=pod3.quota(), plugin_running=p.running())
+        res.doc["done"] = True
+    except Exception:
+        res.doc["error"] = traceback.format_exc()
+        res.doc["containerd_log"] = ctd.log_tail(60)
+        res.doc["plugin_logs"] = [p.log() for p in plugins]
+    finally:
+        problems = kube.cleanup() if kube is not None and ctd.proc is not None else []
+        codes = [p.stop() for p in plugins]
+        problems += ctd.cleanup()
+        problems += remove_cgroups(inp["top"])
+        shutil.rmtree(base, ignore_errors=True)
+        res.doc["cleanup"] = {"problems": problems, "plugin_exit_codes": codes}
+        res.save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
