@@ -21,7 +21,6 @@ the containerd cache (scripts/fetch-containerd.sh).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
@@ -32,23 +31,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTEGRATION = os.path.join(REPO, "tests", "integration")
 REAPPLY = os.path.join(REPO, "benchmarks", "reapply_latency.py")
 EXCLUSIVE, SHARED, MIXED = "1", "0", "0-1"
-
-
-def load(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def percentile(values, q):
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+sys.path.insert(0, os.path.dirname(REAPPLY))
+from reapply_latency import load, percentile  # noqa: E402 (the hook-mode benchmark beside this file)
 
 
 def summary(ms) -> str:

@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 try:
     from .containerd import BUSYBOX_IMAGE, Containerd
@@ -48,6 +48,16 @@ def parse_quota(text: str, v2: bool) -> int:
     """The CFS quota of cpu.cfs_quota_us (v1) or cpu.max "<quota|max> <period>" (v2); -1 = unlimited."""
     value = text.split()[0] if v2 else text
     return -1 if value == "max" else int(value)
+
+
+def wait_for(read: Callable[[], object], expected: object, timeout: float, pause: float = 0.05) -> object:
+    """Poll ``read()`` until it returns ``expected`` or the time is up; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if value == expected or time.monotonic() > deadline:
+            return value
+        time.sleep(pause)
 
 
 class PodHandle:

@@ -26,58 +26,31 @@ import sys
 import time
 import traceback
 
-_started = time.monotonic()
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import v2_lifecycle  # noqa: E402 (the v2 hook scenario beside this file: stdlib only)
 
 
-class Results:
+class Results(v2_lifecycle.Results):
+    """v2_lifecycle's results file (rewritten atomically after every step), with named steps."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.doc = {"done": False, "error": None, "env": {}, "steps": {}, "order": [], "elapsed": 0.0}
         self.save()
 
-    def save(self) -> None:
-        self.doc["elapsed"] = round(time.monotonic() - _started, 2)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, self.path)
-
     def step(self, name: str, **values) -> None:
-        values["t"] = round(time.monotonic() - _started, 2)
+        values["t"] = round(time.monotonic() - v2_lifecycle._started, 2)
         self.doc["steps"][name] = values
         self.doc["order"].append(name)
         self.save()
 
 
-def wait_for(read, expected, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if value == expected or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
-
-
-def remove_cgroups(top: str, timeout: float = 20.0) -> list:
-    """``top`` and everything below it in every cgroup hierarchy, deepest first, retrying while tasks exit."""
+def remove_cgroups(top: str) -> list:
+    """``top`` and everything below it in every cgroup hierarchy, deepest first."""
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         roots = [line.split(" ")[4] for line in f if line.split(" - ")[1].split()[0] in ("cgroup", "cgroup2")]
-    deadline = time.monotonic() + timeout
-    while True:
-        left = []
-        for root in roots:
-            for cur, _dirs, _files in sorted(os.walk(root + top), key=lambda e: -e[0].count("/")):
-                try:
-                    os.rmdir(cur)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    left.append(f"{cur}: {exc.strerror}")
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+    return [problem for root in roots for problem in v2_lifecycle.rmdir_tree(root + top)]
 
 
 def main(argv) -> int:
@@ -87,7 +60,7 @@ def main(argv) -> int:
     sys.path.insert(0, inp["integration_dir"])
     import containerd as ctd_mod  # noqa: PLC0415 (the harness, from the host's checkout)
     from cri import CriError  # noqa: PLC0415
-    from cri_kube import Kube, Plugin, Watcher  # noqa: PLC0415
+    from cri_kube import Kube, Plugin, Watcher, wait_for  # noqa: PLC0415
 
     excl, shared = inp["exclusive"], inp["shared"]
     quota, pod_quota, period = inp["quota"], inp["pod_quota"], inp["period"]
