@@ -22,8 +22,28 @@ TAG = "mixed-cpus-hook"
 LEVELS = {"error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
+def format_line(message: str) -> str:
+    """One line that any sink can take: newlines joined, NUL and lone surrogates escaped.
+
+    Names in messages come from pods (a JSON ``"\\udc80"`` in an annotation is a lone surrogate,
+    which syslog's UTF-8 encoding refuses; a NUL ends a C string): written as ``\\udc80``
+    and ``\\x00``, as repr would.
+    """
+    line = " ".join(message.split("\n"))
+    if "\0" in line:
+        line = line.replace("\0", "\\x00")
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = line.encode("utf-8", "backslashreplace").decode("utf-8")
+    return line
+
 
 def _default_sink(priority: int, message: str) -> None:
+    import os
+
+    if os.environ.get("MIXED_CPUS_HOOK_NO_SYSLOG"):  # `make demo` on a fake node: nothing for the host's journal
+        return
     import syslog
 
     syslog.openlog(TAG, syslog.LOG_PID, syslog.LOG_DAEMON)
@@ -41,14 +61,14 @@ class Reporter:
 
     def emit(self, level: str, message: str, to_stream: bool = True) -> None:
         """Log one line; ``info`` reaches stderr only when verbose, errors and warnings always."""
-        line = " ".join(message.split("\n"))
+        line = format_line(message)
         if to_stream and (level in ("error", "warning") or self.verbose):
             self.stream.write(f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n")
             self.stream.flush()
         if self.sink is not None and level != "debug":
             try:
                 self.sink(LEVELS[level], line)
-            except OSError:
+            except (OSError, ValueError):  # a line the sink still cannot take must not end the hook
                 pass
 
     def error(self, message: str) -> None:

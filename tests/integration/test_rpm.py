@@ -64,9 +64,11 @@ def hook_units() -> List[str]:
     return m.group(1).split()
 
 
-def explained_codes() -> Set[str]:
-    """The rpmlint codes the spec's header comment explains ("# - code: why")."""
-    return set(re.findall(r"^# - ([a-z0-9-]+):", SPEC.read_text(), re.M))
+RPMLINTRC = REPO / "rpm" / "mixed-cpus-hook.rpmlintrc"
+RPMLINT_CONFIG = REPO / "rpm" / "rpmlint.toml"
+# Distribution policy, and nothing else, is filtered (each filter with a comment above it).
+POLICY_FILTERS = {"no-signature", "no-packager-tag"}
+MANPAGE = f"/usr/share/man/man8/{NAME}.8.gz"
 
 
 def tree_files(root: Path) -> Set[str]:
@@ -123,12 +125,13 @@ def rpm_files(rpm: object) -> Dict[str, str]:
 
 def expected_files() -> Set[str]:
     units = sorted(p.name for p in (REPO / "rpm" / "units").glob("*") if p.suffix in (".service", ".path", ".timer"))
-    modules = sorted(p.name for p in (REPO / "hook" / "mixed_cpus_hook").glob("*.py"))
+    package = REPO / "hook" / "mixed_cpus_hook"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
     docs = [p for p in ("README.md", "docs/openshift.md") if (REPO / p).exists()]
     return ({f"/usr/bin/{NAME}", f"/etc/{NAME}/config.yaml", f"{HOOKSDIR}/{NAME}.json",
              f"{HOOKSDIR}/{NAME}-release.json", f"/usr/lib/systemd/system-preset/90-{NAME}.preset",
              f"/usr/lib/tmpfiles.d/{NAME}.conf", f"/usr/share/licenses/{NAME}/LICENSE",
-             f"/usr/share/doc/{NAME}/config.yaml"}
+             f"/usr/share/doc/{NAME}/config.yaml", MANPAGE, f"/usr/share/bash-completion/completions/{NAME}"}
             | {f"/usr/lib/systemd/system/{u}" for u in units}
             | {f"/usr/share/{NAME}/{p.name}" for p in (REPO / "schemas").glob("*.json")}
             | {f"{SITELIB}/mixed_cpus_hook/{m}" for m in modules}
@@ -143,7 +146,8 @@ def test_rpm_file_list(built: Dict[str, object]) -> None:
     dist_info = f"{SITELIB}/mixed_cpus_hook-{version()}.dist-info"
     assert {f"{dist_info}/METADATA", f"{dist_info}/INSTALLER"} <= plain
     extra = {p for p in plain - expected_files()
-             if not (p.startswith(dist_info + "/") or p.startswith(f"{SITELIB}/mixed_cpus_hook/__pycache__/"))}
+             if not (p.startswith(dist_info + "/") or (p.startswith(f"{SITELIB}/mixed_cpus_hook/")
+                                                          and "/__pycache__/" in p))}
     assert not extra, extra
     # Directories it owns: its own, CRI-O's default hooks_dir (co-owned), the ghost state dir.
     for d in (f"/etc/{NAME}", f"/usr/share/{NAME}", HOOKSDIR, f"/run/{NAME}", f"{SITELIB}/mixed_cpus_hook",
@@ -223,20 +227,36 @@ def test_installed_package_runs(payload: Path) -> None:
 
 # -- rpmlint --------------------------------------------------------------------------------------------
 
-def test_rpmlint_clean_or_explained(built: Dict[str, object]) -> None:
+def test_rpmlintrc_filters_only_distribution_policy() -> None:
+    lines = RPMLINTRC.read_text().splitlines()
+    filters = [(i, re.match(r'^addFilter\(r?"(.+)"\)$', line)) for i, line in enumerate(lines) if line.strip()
+               and not line.startswith("#")]
+    assert all(m for _i, m in filters), lines
+    assert {m.group(1) for _i, m in filters} == POLICY_FILTERS
+    assert all(lines[i - 1].startswith("# ") for i, _m in filters), "every filter has its reason above it"
+
+
+def test_rpmlint_clean(built: Dict[str, object]) -> None:
+    """No error and no warning on the spec or the RPM, with the project's rpmlintrc and Fedora's settings."""
     need("rpmlint")
-    explained = explained_codes()
-    assert explained, "the spec explains no rpmlint finding"
-    seen: Dict[str, List[str]] = {}
-    for target in (SPEC, built["rpm"]):
-        proc = run(["rpmlint", str(target)], timeout=300)
-        assert "checked" in proc.stdout, proc.stdout + proc.stderr
-        for line in proc.stdout.splitlines():
-            m = re.match(r"^\S+?(?::\d+)?: ([EW]): (\S+)", line)
-            if m:
-                seen.setdefault(m.group(2), []).append(line)
-    unexplained = {code: lines for code, lines in seen.items() if code not in explained}
-    assert not unexplained, "rpmlint findings not explained in the spec's header: " + json.dumps(unexplained, indent=1)
+    findings: List[str] = []
+    proc = run(["rpmlint", "-c", str(RPMLINT_CONFIG), "-r", str(RPMLINTRC), str(SPEC), str(built["rpm"])],
+               timeout=300)
+    assert "checked" in proc.stdout, proc.stdout + proc.stderr
+    version = run(["rpmlint", "--version"]).stdout.strip()
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^\S+?(?::\d+)?: ([EW]): (\S+)", line)
+        if not m:
+            continue
+        # rpmlint 2.4's FilesCheck collects man page *sections* as names (man_base_regex's "category"),
+        # so every binary is reported without a man page; fixed in later releases. Excused only when the
+        # page really is in the package.
+        if (m.group(2) == "no-manual-page-for-binary" and version.startswith("2.4")
+                and MANPAGE in rpm_files(built["rpm"])):
+            continue
+        findings.append(line)
+    assert not findings, "rpmlint: " + json.dumps(findings, indent=1)
+    print(proc.stdout)
 
 
 # -- make install: the same tree ------------------------------------------------------------------------
@@ -257,7 +277,8 @@ def test_make_install_same_tree_as_rpm(built: Dict[str, object], tmp_path: Path)
     dest = tmp_path / "root"
     make_install(dest, "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=")
     rpm_plain = {p for p, kind in rpm_files(built["rpm"]).items() if kind == "f"}
-    rpm_plain = {p for p in rpm_plain if "/__pycache__/" not in p}
+    # The RPM compresses the man page (brp-compress does on Fedora); make install leaves that to packagers.
+    rpm_plain = {p[:-3] if p == MANPAGE else p for p in rpm_plain if "/__pycache__/" not in p}
     assert tree_files(dest) == rpm_plain
 
 
