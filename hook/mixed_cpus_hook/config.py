@@ -13,6 +13,7 @@ import os
 
 from .cpuset import parse_cpulist, parse_cpulist_file
 from .errors import ConfigError
+from .files import FileRefused, read_regular_file
 from .validate import check_config
 
 TYPE_CHECKING = False
@@ -25,6 +26,9 @@ DEFAULT_CONFIG_PATH = "/etc/mixed-cpus-hook/config.yaml"
 CONFIG_ENV = "MIXED_CPUS_HOOK_CONFIG"
 CACHE_DIR_ENV = "MIXED_CPUS_HOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/mixed-cpus-hook/config-cache"
+# Caps on the hook's own files: a config of settings is a few hundred bytes, a cpulist less.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_SHARED_CPUS_BYTES = 64 << 10
 
 
 class Config(NamedTuple):
@@ -63,6 +67,8 @@ def parse_config_text(text: str, where: str) -> Config:
 
     try:
         doc = yaml.safe_load(text)
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError("not valid YAML: nested too deeply", where) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -101,7 +107,7 @@ def _read_cache(cache_file: str, key: list) -> Optional[Dict[str, Any]]:
         if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
             return None
         data = json.loads(os.read(fd, 1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     finally:
         os.close(fd)
@@ -148,8 +154,9 @@ def load_config(path: Optional[str] = None, cache_dir: Optional[str] = None,
     if cached is not None:
         return parse_config(cached, cfg_path)
     try:
-        with open(cfg_path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_regular_file(cfg_path, MAX_CONFIG_BYTES).decode("utf-8")
+    except FileRefused as exc:
+        raise ConfigError(f"configuration file is {exc}", cfg_path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read configuration: {getattr(exc, 'strerror', None) or exc}", cfg_path) from None
     config = parse_config_text(text, cfg_path)
@@ -167,8 +174,10 @@ def load_shared_cpus(config: Config) -> Tuple[FrozenSet[int], str]:
     else:
         where = config.shared_cpus_file
         try:
-            with open(where, encoding="utf-8") as f:
-                text = f.read(65536)
+            # newlines translated as text mode would (the file may come from a CRLF editor)
+            text = read_regular_file(where, MAX_SHARED_CPUS_BYTES).decode("utf-8").replace("\r\n", "\n")
+        except FileRefused as exc:
+            raise ConfigError(f"shared-CPU file is {exc}", where) from None
         except FileNotFoundError:
             raise ConfigError(
                 "shared-CPU file not found (write the node's shared cpulist there, or set 'shared_cpus')", where

@@ -10,15 +10,20 @@ import os
 
 from .cpuset import parse_cpulist
 from .errors import SpecError, StateError
+from .files import FileRefused, read_regular_file
 from .validate import check_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Dict, FrozenSet, IO, NamedTuple, Optional
+    from typing import IO, Any, Dict, FrozenSet, NamedTuple, Optional, Type
+
+    from .errors import HookError
 else:
     from ._compat import NamedTuple
 
 MAX_STATE_BYTES = 1 << 20
+# config.json carries the container's whole environment (envFrom a 1 MiB ConfigMap is legal),
+# so its cap is larger than the hook's own files'; it is still read only when a regular file.
 MAX_SPEC_BYTES = 16 << 20
 
 
@@ -42,12 +47,20 @@ class Spec(NamedTuple):
     annotations: Dict[str, str]
 
 
+def _loads(text: str, where: str, err: Type[HookError]) -> Any:
+    """json.loads with one-line errors; nesting deeper than the interpreter's recursion limit
+    (``[[[[...``, a few kilobytes) raises RecursionError in the decoder, caught here too."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise err(f"not JSON ({exc})", where) from None
+    except RecursionError:
+        raise err("not JSON the hook accepts (nested too deeply)", where) from None
+
+
 def parse_state(text: str, where: str = "stdin") -> State:
     """Parse and validate the state JSON; errors name the field."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise StateError(f"not JSON ({exc})", where) from None
+    doc = _loads(text, where, StateError)
     check_state(doc, where, StateError)
     ann = doc.get("annotations")
     return State(doc["id"], doc.get("pid") or 0, doc["bundle"], ann or {}, ann is not None)
@@ -82,10 +95,7 @@ def _int_or_none(value: Any, field: str, where: str) -> Optional[int]:
 
 def parse_spec(text: str, where: str) -> Spec:
     """Parse the fields of config.json the hook needs; other fields are the runtime's business."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise SpecError(f"not JSON ({exc})", where) from None
+    doc = _loads(text, where, SpecError)
     if not isinstance(doc, dict):
         raise SpecError("must be a JSON object", where)
     linux = doc.get("linux")
@@ -116,12 +126,11 @@ def load_spec(bundle: str) -> Spec:
     """Read ``<bundle>/config.json``; the bundle comes from validated state (an absolute path)."""
     path = os.path.join(bundle, "config.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_SPEC_BYTES + 1)
+        text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise SpecError("bundle has no config.json", path) from None
+    except FileRefused as exc:
+        raise SpecError(str(exc), path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path) from None
-    if len(text) > MAX_SPEC_BYTES:
-        raise SpecError(f"larger than {MAX_SPEC_BYTES} bytes", path)
     return parse_spec(text, path)

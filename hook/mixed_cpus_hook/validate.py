@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
 # not need one does not pay for compiling it. \Z, not $: "$" also matches before a newline.
 # runc's rule for container ids, minus "." and ".." which would name a directory.
 ID_PATTERN = r"^[A-Za-z0-9_+.-]{1,1024}\Z"
+# The longest container id the state directory can hold: a record's temporary file is
+# ".<id>.<pid>.tmp" (pid up to 4194304, 7 digits), and a file name is at most 255 bytes.
+MAX_ID_LENGTH = 255 - len("..1234567.tmp")
 # A file name we derive from a cgroup or pod name: no separators, no dot-only names.
 NAME_PATTERN = r"^[A-Za-z0-9_+.:@-]{1,255}\Z"
 # A DNS subdomain, the part of an annotation key before the "/".
@@ -87,6 +90,9 @@ def check_state(doc: Any, where: str, err: Type[HookError]) -> None:
         raise err(f"must be a JSON object, not {_type_name(doc)}", where)
     _field(doc, "ociVersion", str, where, err, required=True)
     cid = _field(doc, "id", str, where, err, required=True)
+    if len(cid) > MAX_ID_LENGTH:
+        raise err(f"field 'id': {len(cid)} characters, more than the {MAX_ID_LENGTH} a file name in the state "
+                  "directory can hold", where)
     if not is_plain_name(cid):
         raise err(f"field 'id': {cid[:80]!r} is not a plain container id", where)
     _field(doc, "status", str, where, err)

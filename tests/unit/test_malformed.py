@@ -264,6 +264,89 @@ ROWS: Dict[str, Row] = {
                                     "record error: {state_dir}/containers/abc.json: invalid record: not a schema 1 record"),
 }
 
+# -- hostile shapes and sizes (issue 10): deep nesting, special files, caps, long ids, odd names -----
+# Nesting far past the interpreter's recursion limit: the JSON decoder and PyYAML's composer
+# recurse once per level.
+DEEP = 100000
+SPEC_CAP, CONFIG_CAP, SHARED_CAP = 16 << 20, 1 << 20, 64 << 10
+
+
+def _fifo(path: str) -> None:
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.mkfifo(path)
+
+
+def _symlink(target: str, path: str) -> None:
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.symlink(target, path)
+
+
+def _sparse(path: str, size: int) -> None:
+    """A file of ``size`` bytes that costs no disk: the size alone must get it refused."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _spec_path(c: Case) -> str:
+    return os.path.join(c.paths["bundle"], "config.json")
+
+
+def _config_elsewhere(c: Case, name: str, make: Callable[[str], None]) -> None:
+    c.config_arg = os.path.join(c.node.root, name)
+    make(c.config_arg)
+
+
+ROWS.update({
+    "state-nested-deeply": Row("state", lambda c: c.stdin("[" * DEEP),
+                               "invalid state: stdin: not JSON the hook accepts (nested too deeply)"),
+    "state-annotation-nested-deeply": Row("state", lambda c: c.stdin('{"ociVersion": "1.0.2", "id": "abc", "bundle": '
+                                                                     '"/b", "annotations": {"x": ' + "[" * DEEP),
+                                          "invalid state: stdin: not JSON the hook accepts (nested too deeply)"),
+    "state-id-too-long-for-a-file-name": Row("state", lambda c: c.set_state(id="a" * 243),
+                                             "invalid state: stdin: field 'id': 243 characters, more than the 242 a"
+                                             " file name in the state directory can hold"),
+    "config-json-nested-deeply": Row("node", lambda c: c.spec_text('{"annotations": ' + "[" * DEEP),
+                                     "invalid config.json: {bundle}/config.json: not JSON the hook accepts (nested too"
+                                     " deeply)"),
+    "config-json-fifo": Row("node", lambda c: _fifo(_spec_path(c)),
+                            "invalid config.json: {bundle}/config.json: not a regular file (a FIFO)"),
+    "config-json-dev-zero": Row("node", lambda c: _symlink("/dev/zero", _spec_path(c)),
+                                "invalid config.json: {bundle}/config.json: not a regular file (a character device)"),
+    "config-json-too-large": Row("node", lambda c: _sparse(_spec_path(c), SPEC_CAP + 1),
+                                 f"invalid config.json: {{bundle}}/config.json: larger than {SPEC_CAP} bytes"
+                                 f" ({SPEC_CAP + 1})"),
+    "config-yaml-nested-deeply": Row("config", lambda c: c.config_text("failure_policy: ignore\nx: " + "[" * DEEP),
+                                     "config error: {config}: not valid YAML: nested too deeply"),
+    "config-yaml-fifo": Row("config", lambda c: _config_elsewhere(c, "config-fifo.yaml", _fifo),
+                            "config error: {root}/config-fifo.yaml: configuration file is not a regular file (a FIFO)"),
+    "config-yaml-dev-zero": Row("config", lambda c: setattr(c, "config_arg", "/dev/zero"),
+                                "config error: /dev/zero: configuration file is not a regular file (a character"
+                                " device)"),
+    "config-yaml-too-large": Row("config", lambda c: _config_elsewhere(c, "big.yaml",
+                                                                       lambda p: _sparse(p, CONFIG_CAP + 1)),
+                                 f"config error: {{root}}/big.yaml: configuration file is larger than {CONFIG_CAP}"
+                                 f" bytes ({CONFIG_CAP + 1})"),
+    "shared-file-fifo": Row("node", lambda c: _fifo(c.node.shared_file),
+                            "config error: {shared_file}: shared-CPU file is not a regular file (a FIFO)"),
+    "shared-file-dev-zero": Row("node", lambda c: _symlink("/dev/zero", c.node.shared_file),
+                                "config error: {shared_file}: shared-CPU file is not a regular file (a character"
+                                " device)"),
+    "shared-file-too-large": Row("node", lambda c: _sparse(c.node.shared_file, SHARED_CAP + 1),
+                                 f"config error: {{shared_file}}: shared-CPU file is larger than {SHARED_CAP} bytes"
+                                 f" ({SHARED_CAP + 1})"),
+    # Pod names are not validated (kubelet's business); in a message they are escaped, so that
+    # syslog's UTF-8 encoding and C strings take the line (the real syslog: test_hostile_names_*).
+    "pod-name-lone-surrogate": Row("node", lambda c: [c.annotate("io.kubernetes.pod.name", "du-\udc80"),
+                                                      c.annotate(f"{PREFIX}/app", "yes")],
+                                   "invalid request: pod ran/du-\\udc80: annotation mixed-cpus.openshift.io/app:"
+                                   " value 'yes' is not 'enable'"),
+    "pod-name-nul": Row("node", lambda c: [c.annotate("io.kubernetes.pod.name", "du-\x00"),
+                                           c.annotate(f"{PREFIX}/app", "yes")],
+                        "invalid request: pod ran/du-\\x00: annotation mixed-cpus.openshift.io/app:"),
+})
+
 def params() -> List[Any]:
     """Every row with both policies; rows about the cgroups on v1 and v2, the others (which
     fail before any cgroup is looked at) on v1 only."""
@@ -308,3 +391,33 @@ def test_malformed_input(fake_node: Callable[..., Any], run_hook: Callable[..., 
 
 def _files(top: str) -> List[str]:
     return [os.path.join(d, f) for d, _, files in os.walk(top) for f in files]
+
+
+@pytest.mark.parametrize("name,shown", [("du-\udc80", "du-\\udc80"), ("du-\x00", "du-\\x00")],
+                         ids=["lone-surrogate", "nul"])
+def test_hostile_pod_names_reach_the_real_syslog(fake_node: Callable[..., Any], run_exe: Callable[..., Any],
+                                                 monkeypatch: pytest.MonkeyPatch, name: str, shown: str) -> None:
+    """The hook as a process, with the real syslog module: one escaped line and exit 1, no traceback.
+
+    (syslog.syslog encodes its argument as UTF-8 and as a C string: a lone surrogate raised
+    UnicodeEncodeError and a NUL ValueError, out of the error handler itself.)
+    """
+    monkeypatch.delenv("MIXED_CPUS_HOOK_NO_SYSLOG", raising=False)
+    case = Case(fake_node(), "fail")
+    case.annotate("io.kubernetes.pod.name", name).annotate(f"{PREFIX}/app", "yes")
+    case.prepare()
+    result = run_exe(case.argv(), stdin=case.stdin_text())
+    assert result.code == 1 and result.out == "", result.err
+    assert result.err_lines == [f"mixed-cpus-hook: error: container abc: invalid request: pod ran/{shown}: "
+                                f"annotation {PREFIX}/app: value 'yes' is not 'enable'"], result.err
+
+
+def test_the_longest_id_fits_the_state_directory(fake_node: Callable[..., Any], run_hook: Callable[..., Any]) -> None:
+    """242 characters (the limit of the state-id-too-long row) apply and release like any id."""
+    node = fake_node()
+    cid = "a" * 242
+    paths = node.add_container(cid, quota=200000, pod_quota=200000)
+    for command in ("apply", "release"):
+        result = run_hook(["--config", node.config_path, command, "--state", paths["state"]])
+        assert result.code == 0 and result.err == "", result.err
+        assert list(node.records("containers")) == ([cid] if command == "apply" else [])

@@ -37,7 +37,7 @@ GOOD_STATES = [
     pytest.param(state(pid=0), State("abc123", 0, "/run/b/abc123", RUNC["annotations"], True), id="pid-zero"),
     pytest.param(state(status="stopped"), State("abc123", 4242, "/run/b/abc123", RUNC["annotations"], True),
                  id="status-never-matters"),
-    pytest.param(state(id="a" * 1024), State("a" * 1024, 4242, "/run/b/abc123", RUNC["annotations"], True),
+    pytest.param(state(id="a" * 242), State("a" * 242, 4242, "/run/b/abc123", RUNC["annotations"], True),
                  id="longest-id"),
     pytest.param(state(id="..."), State("...", 4242, "/run/b/abc123", RUNC["annotations"], True),
                  id="three-dots-is-a-name"),
@@ -64,7 +64,8 @@ BAD_STATES = [
     pytest.param(state(id="a/b"), "field 'id': 'a/b' is not a plain container id", id="id-slash"),
     pytest.param(state(id=""), "field 'id': '' is not a plain container id", id="id-empty"),
     pytest.param(state(id="abc\n"), "field 'id': 'abc\\n' is not a plain container id", id="id-trailing-newline"),
-    pytest.param(state(id="a" * 1025), "is not a plain container id", id="id-too-long"),
+    pytest.param(state(id="a" * 243), "field 'id': 243 characters, more than the 242 a file name in the state"
+                 " directory can hold", id="id-too-long"),
     pytest.param(state(id="caf\u00e9"), "is not a plain container id", id="id-non-ascii"),
     pytest.param(state(pid=-1), "field 'pid': -1 is not a process id", id="pid-negative"),
     pytest.param(state(pid="12"), "field 'pid' must be an integer, not a string", id="pid-string"),

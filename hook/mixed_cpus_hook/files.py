@@ -1,0 +1,51 @@
+"""Reading the small files the hook trusts nobody to keep small: config.yaml, config.json, shared-cpus.
+
+A runtime waits for the hook with a timeout, so a read must never block or run on: a FIFO
+(open(2) waits for a writer), a device such as /dev/zero (endless) or a file of gigabytes
+is refused before or instead of being read. Standard library only (the hook's path).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+# What a file is when it is not a regular file (stat.S_IFMT -> words for the message).
+KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket"}
+
+
+class FileRefused(ValueError):
+    """The file exists but is not a regular file, or is larger than the limit; the message says which."""
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of ``path`` (symlinks followed), a regular file of at most ``limit`` bytes.
+
+    Raises FileNotFoundError or another OSError as open/read do, FileRefused otherwise.
+    Opened non-blocking so that a FIFO is seen (by fstat) instead of waited on; a file that
+    grows while it is read is refused once more than ``limit`` bytes came.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):  # read(2) would say so: keep the usual "Is a directory"
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"not a regular file ({KINDS.get(stat.S_IFMT(st.st_mode), 'a special file')})")
+        if st.st_size > limit:
+            raise FileRefused(f"larger than {limit} bytes ({st.st_size})")
+        chunks = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FileRefused(f"larger than {limit} bytes (it grew while read)")
+    return b"".join(chunks)
