@@ -76,11 +76,30 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
 
 
 def _inside(root: str, path: str, what: str) -> str:
-    """Resolve ``path`` and refuse it unless it is ``root`` or below it."""
+    """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
     real = os.path.realpath(path)
-    if real != root and not real.startswith(root.rstrip("/") + "/"):
-        raise CgroupError(f"{what} {path} resolves to {real}, outside the cgroup root", root)
+    if not _is_below(root, real):
+        link = find_link(path)
+        via = f" (through the symbolic link {link[0]} -> {link[1]})" if link else ""
+        raise CgroupError(f"{what} {path} resolves to {real}, outside the cgroup root{via}", root)
     return real
+
+
+def _is_below(root: str, real: str) -> bool:
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+def find_link(path: str) -> Optional[Tuple[str, str]]:
+    """The first symbolic link on ``path`` (deepest-last walk from "/"), and what it points to."""
+    cur = "/"
+    for part in [p for p in os.path.abspath(path).split("/") if p]:
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            try:
+                return cur, os.readlink(cur)
+            except OSError:
+                return cur, "?"
+    return None
 
 
 def _join(base: str, rel: str, what: str, root: str) -> str:
@@ -120,6 +139,34 @@ def compute_systemd_path(cgroups_path: str) -> Optional[str]:
     return "/" + "/".join(parts + [unit])
 
 
+def _norm(rel: str) -> str:
+    return "/" + "/".join(p for p in rel.split("/") if p)
+
+
+def compute_spec_cgroup(cgroups_path: str, spec_where: str) -> str:
+    """The cgroup (relative to a hierarchy's root) that config.json's linux.cgroupsPath names."""
+    rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    if rel is None:
+        raise CgroupError(f"linux.cgroupsPath {cgroups_path!r} is neither a path nor slice:prefix:name", spec_where)
+    return rel
+
+
+def compute_cgroup_matches(found: str, named: str) -> bool:
+    """The cgroup a process is in is the one linux.cgroupsPath names, or crun's subgroup of it."""
+    found, named = _norm(found), _norm(named)
+    return found == named or found == named.rstrip("/") + "/" + CRUN_SUBGROUP
+
+
+def compute_pod_matches(pod_dir_name: str, pod_uid: str) -> bool:
+    """A pod cgroup's name is the pod's: cgroupfs ``pod<uid>``, systemd ``...-pod<uid_with_underscores>.slice``."""
+    if not pod_uid or "/" in pod_uid:
+        return False
+    if pod_dir_name == f"pod{pod_uid}":
+        return True
+    uid = pod_uid.replace("-", "_")
+    return pod_dir_name.endswith(f"-pod{uid}.slice") or pod_dir_name == f"pod{uid}.slice"
+
+
 def _crun_parent(path: str, container_id: str) -> str:
     """crun on v2 with systemd puts the process in "<scope>/container"; the scope is the container."""
     head, tail = os.path.split(path.rstrip("/"))
@@ -132,8 +179,11 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
                      proc_root: str = "/proc", spec_where: str = "config.json") -> Tuple[Dirs, str]:
     """The container's cgroup dirs and how they were found.
 
-    /proc/<pid>/cgroup is authoritative (every driver and runtime); ``cgroupsPath`` from
-    config.json is the fallback when the process is gone, as in a manual run.
+    /proc/<pid>/cgroup says where the process is; it must be the cgroup ``cgroupsPath`` from
+    config.json names (or crun's subgroup of it): a state naming another process (pid 1,
+    another container) is refused, naming both. Without a ``cgroupsPath`` the cgroup's name
+    must contain the container id. ``cgroupsPath`` alone is used when the process is gone,
+    as in a manual run.
     """
     text = None
     if pid > 0:
@@ -152,25 +202,42 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
             raise CgroupError(f"process {pid} is in no cgroup of the cpuset/cpu controllers", f"{proc_root}/{pid}/cgroup")
         how = f"{proc_root}/{pid}/cgroup"
     elif cgroups_path:
-        rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
-        if rel is None:
-            raise CgroupError(f"linux.cgroupsPath {cgroups_path!r} is neither a path nor slice:prefix:name", spec_where)
-        rel_cpuset = rel_cpu = rel
+        rel_cpuset = rel_cpu = compute_spec_cgroup(cgroups_path, spec_where)
         how = f"linux.cgroupsPath {cgroups_path}"
     else:
         raise CgroupError(f"process {pid} is gone and there is no linux.cgroupsPath", spec_where)
+    found = (rel_cpuset, rel_cpu)
     rel_cpuset = _crun_parent(rel_cpuset, container_id)
     rel_cpu = _crun_parent(rel_cpu, container_id)
     if rel_cpuset.strip("/") == "" or rel_cpu.strip("/") == "":
-        raise CgroupError("the container is in the root cgroup; refusing to change the whole node", how)
+        named = f" (linux.cgroupsPath names {cgroups_path})" if cgroups_path else ""
+        raise CgroupError(f"the container is in the root cgroup; refusing to change the whole node{named}", how)
     dirs = Dirs(
         _join(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
         _join(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
     )
+    if text is not None:
+        _check_same_cgroup(found, cgroups_path, container_id, pid, how, spec_where)
     for d in dict.fromkeys(dirs):  # cpuset first: an ordered dedupe keeps the message reproducible
         if not os.path.isdir(d):
             raise CgroupError(f"container cgroup not found (from {how})", d)
     return dirs, how
+
+
+def _check_same_cgroup(found: Tuple[str, str], cgroups_path: Optional[str], container_id: str, pid: int,
+                       how: str, spec_where: str) -> None:
+    """The process's cgroup must be this container's, as config.json names it."""
+    for rel in dict.fromkeys(found):
+        if cgroups_path:
+            named = _norm(compute_spec_cgroup(cgroups_path, spec_where))
+            if not compute_cgroup_matches(rel, named):
+                raise CgroupError(
+                    f"process {pid} is in {_norm(rel)} ({how}), not in {named}, the cgroup linux.cgroupsPath "
+                    f"{cgroups_path} names: the state names another process; refusing", spec_where)
+        elif container_id not in os.path.basename(_crun_parent(_norm(rel), container_id)):
+            raise CgroupError(
+                f"process {pid} is in {_norm(rel)} ({how}), whose name does not contain the container id "
+                f"{container_id}, and config.json has no linux.cgroupsPath: refusing", spec_where)
 
 
 def find_pod(layout: Layout, dirs: Dirs) -> Optional[Dirs]:
@@ -277,8 +344,13 @@ def write_text(path: str, text: str) -> None:
     try:
         # O_TRUNC is a no-op on cgroupfs (like the shell's ">"), but on a plain file (a fake
         # node) a shorter value must not leave the tail of the longer old one behind.
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        # O_NOFOLLOW: a cgroup file is never a symbolic link; one planted there must not
+        # redirect the write (e.g. a pod's quota file pointing at a file outside the root).
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
     except OSError as exc:
+        if os.path.islink(path):
+            raise WriteError(f"is a symbolic link (to {_readlink(path)}); a cgroup file never is: refusing to write "
+                             "through it", path) from None
         raise WriteError(f"cannot open for writing: {exc.strerror}", path) from None
     try:
         data = text.encode("ascii")
@@ -292,3 +364,10 @@ def write_text(path: str, text: str) -> None:
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
     finally:
         os.close(fd)
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"

@@ -67,8 +67,8 @@ def test_apply_on_each_layout(fake_node: Callable, run_hook: Callable, version: 
     node = fake_node(version=version)
     paths = node.add_container("abc", driver=driver, qos=qos, quota=200000, pod_quota=200000,
                                pid=4242 if from_proc else 0, crun_subgroup=crun)
-    if from_proc:  # /proc must be what locates the cgroup: make the fallback useless
-        node.edit_spec(paths, lambda s: s["linux"].update(cgroupsPath="/nowhere/at/all"))
+    if from_proc:  # /proc must be what locates the cgroup: no cgroupsPath to fall back on
+        node.edit_spec(paths, lambda s: s["linux"].pop("cgroupsPath"))
     rel, pod_rel = paths["rel"], paths["pod_rel"]
 
     result = ok(apply(run_hook, node, paths))
@@ -472,17 +472,34 @@ POSSIBLE = "/sys/devices/system/cpu/possible"
 KERNEL_MAX = "/sys/devices/system/cpu/kernel_max"
 
 
-def swap_for_symlink(path: str, target: str) -> None:
-    os.unlink(path)
-    os.symlink(target, path)
+@pytest.fixture
+def swap_for(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """Bind-mount a kernel file over a fake cgroup file (the hook never writes through a symlink).
+
+    Unmounted after the test, newest first.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("needs root (bind mounts)")
+    mounted: List[str] = []
+
+    def swap(path: str, target: str) -> None:
+        subprocess.run(["mount", "--bind", target, path], check=True, capture_output=True)
+        mounted.append(path)
+
+    def undo() -> None:
+        for path in reversed(mounted):
+            subprocess.run(["umount", path], check=True, capture_output=True)
+
+    request.addfinalizer(undo)
+    return swap
 
 
 @pytest.mark.skipif(not kernel_refuses_writes(POSSIBLE), reason=f"{POSSIBLE} is missing or writable here")
-def test_rollback_when_the_cpuset_write_is_refused(node: Any, run_hook: Callable) -> None:
+def test_rollback_when_the_cpuset_write_is_refused(node: Any, run_hook: Callable, swap_for: Callable[[str, str], None]) -> None:
     """The pod's quota is raised first; the container's cpuset write then fails: the pod goes back."""
     paths = node.add_container("abc", cpus="3", quota=200000, pod_quota=200000)
     cpuset = node.path(paths["rel"], "cpuset.cpus")
-    swap_for_symlink(cpuset, POSSIBLE)  # readable, never writable, even for root
+    swap_for(cpuset, POSSIBLE)  # readable, never writable, even for root
     before = node.freeze()
     result = apply(run_hook, node, paths)
     assert result.code == 1
@@ -494,11 +511,11 @@ def test_rollback_when_the_cpuset_write_is_refused(node: Any, run_hook: Callable
 
 
 @pytest.mark.skipif(not kernel_refuses_writes(KERNEL_MAX), reason=f"{KERNEL_MAX} is missing or writable here")
-def test_rollback_when_the_last_write_is_refused(fake_node: Callable, run_hook: Callable) -> None:
+def test_rollback_when_the_last_write_is_refused(fake_node: Callable, run_hook: Callable, swap_for: Callable[[str, str], None]) -> None:
     """v1: pod quota and cpuset written, then the container's quota refused: both restored."""
     node = fake_node(version=1)
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
-    swap_for_symlink(node.path(paths["rel"], "cpu.cfs_quota_us"), KERNEL_MAX)
+    swap_for(node.path(paths["rel"], "cpu.cfs_quota_us"), KERNEL_MAX)
     before = node.freeze()
     result = apply(run_hook, node, paths)
     assert result.code == 1
@@ -508,11 +525,11 @@ def test_rollback_when_the_last_write_is_refused(fake_node: Callable, run_hook: 
     assert node.records("containers") == {} and node.records("pods") == {}
 
 
-def test_rollback_when_a_value_does_not_stick(node: Any, run_hook: Callable) -> None:
+def test_rollback_when_a_value_does_not_stick(node: Any, run_hook: Callable, swap_for: Callable[[str, str], None]) -> None:
     """Every write succeeds but the cpuset reads back empty: all three writes are undone."""
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     cpuset = node.path(paths["rel"], "cpuset.cpus")
-    swap_for_symlink(cpuset, os.devnull)
+    swap_for(cpuset, os.devnull)
     before = node.freeze()
     result = apply(run_hook, node, paths)
     assert result.code == 1
@@ -522,14 +539,14 @@ def test_rollback_when_a_value_does_not_stick(node: Any, run_hook: Callable) -> 
 
 
 @pytest.mark.skipif(not kernel_refuses_writes(POSSIBLE), reason=f"{POSSIBLE} is missing or writable here")
-def test_failed_reapply_restores_the_previous_records(node: Any, run_hook: Callable) -> None:
+def test_failed_reapply_restores_the_previous_records(node: Any, run_hook: Callable, swap_for: Callable[[str, str], None]) -> None:
     a = node.add_container("aaa", name="a", cpus="3", quota=200000, pod_quota=200000)
     b = node.add_container("bbb", name="b", cpus="2", quota=200000)
     ok(apply(run_hook, node, a))
     ok(apply(run_hook, node, b))
     records = (node.records("containers"), node.records("pods"))
     node.write(a["rel"], "cpuset.cpus", "3")  # kubelet rewrote it ...
-    swap_for_symlink(node.path(a["rel"], "cpuset.cpus"), POSSIBLE)  # ... and now refuses the fix
+    swap_for(node.path(a["rel"], "cpuset.cpus"), POSSIBLE)  # ... and now refuses the fix
     node.set_quota(a["pod_rel"], 300000)  # and a resize happened, so the pod quota is raised first
     result = apply(run_hook, node, a)
     assert result.code == 1, result.err

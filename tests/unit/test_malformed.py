@@ -111,6 +111,15 @@ class Case:
             os.symlink(target, d)
         return self
 
+    def symlink_out(self, path: str) -> "Case":
+        """Replace a cgroup file by a symlink to a copy outside the cgroup root."""
+        target = os.path.join(self.outside, "target")
+        os.makedirs(self.outside, exist_ok=True)
+        shutil.copyfile(path, target)
+        os.unlink(path)
+        os.symlink(target, path)
+        return self
+
     # running
     def prepare(self) -> None:
         if self.raw_config is not None:
@@ -133,7 +142,8 @@ class Case:
         return {"bundle": self.paths["bundle"], "config": n.config_path, "shared_file": n.shared_file,
                 "cgroup_root": os.path.realpath(n.cgroup_root), "proc_root": n.proc_root, "sys_root": n.sys_root,
                 "state_dir": n.state_dir, "root": n.root, "outside": self.outside, "rel": self.paths["rel"],
-                "dir": self.container_dirs()[0], "cpu_dir": self.container_dirs()[-1]}
+                "dir": self.container_dirs()[0], "cpu_dir": self.container_dirs()[-1],
+                "pod_quota_file": os.path.join(os.path.realpath(n.path(self.paths["pod_rel"], "")), n.quota_name())}
 
 
 class Row(NamedTuple):
@@ -262,6 +272,28 @@ ROWS: Dict[str, Row] = {
     "record-of-another-schema": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"),
                                                                    '{"schema": 99}'),
                                     "record error: {state_dir}/containers/abc.json: invalid record: not a schema 1 record"),
+    # issue 9: a state naming another process, a pod that is not the annotations', symlinks planted below
+    "proc-pid-1-in-sshd": Row("node", lambda c: c.proc("12:cpuset:/system.slice/sshd.service\n"
+                                                       "5:cpu,cpuacct:/system.slice/sshd.service\n"
+                                                       "0::/system.slice/sshd.service\n", pid=1),
+                              "cgroup error: {bundle}/config.json: process 1 is in /system.slice/sshd.service"
+                              " ({proc_root}/1/cgroup), not in /{rel}, the cgroup linux.cgroupsPath /{rel} names:"
+                              " the state names another process; refusing"),
+    "proc-in-another-pods-container": Row(
+        "node", lambda c: [c.node.add_container("xyz", pod_uid="99999999-aaaa-bbbb-cccc-123456789abc"),
+                           c.proc("12:cpuset:/kubepods/pod99999999-aaaa-bbbb-cccc-123456789abc/crio-xyz\n"
+                                  "5:cpu,cpuacct:/kubepods/pod99999999-aaaa-bbbb-cccc-123456789abc/crio-xyz\n"
+                                  "0::/kubepods/pod99999999-aaaa-bbbb-cccc-123456789abc/crio-xyz\n")],
+        "process 4242 is in /kubepods/pod99999999-aaaa-bbbb-cccc-123456789abc/crio-xyz ({proc_root}/4242/cgroup),"
+        " not in /{rel}, the cgroup linux.cgroupsPath /{rel} names"),
+    "pod-uid-of-another-pod": Row("node", lambda c: c.annotate("io.kubernetes.pod.uid",
+                                                               "99999999-aaaa-bbbb-cccc-123456789abc"),
+                                  "is not the cgroup of pod 99999999-aaaa-bbbb-cccc-123456789abc that its annotations"
+                                  " name"),
+    "pod-quota-file-symlinked-outside": Row("node", lambda c: c.symlink_out(c.node.path(c.paths["pod_rel"],
+                                                                                         c.node.quota_name())),
+                                            "write refused: {pod_quota_file}: is a symbolic link (to {outside}/"
+                                            "target); a cgroup file never is: refusing to write through it"),
 }
 
 # -- hostile shapes and sizes (issue 10): deep nesting, special files, caps, long ids, odd names -----
