@@ -80,6 +80,27 @@ def _remove_stale(parent: str) -> None:
             pass
 
 
+def find_cpuset_parent(root: str, depth: int = 3) -> Optional[str]:
+    """cgroup v2: the shallowest cgroup whose children get the cpuset controller (root first).
+
+    Such a cgroup holds no processes of its own (cgroup v2's rule), so a scratch child of it
+    disturbs nobody; on a Kubernetes node kubepods.slice is one when the root is not.
+    """
+    level = [root]
+    for _ in range(depth + 1):
+        nxt = []
+        for d in sorted(level):
+            try:
+                if "cpuset" in _read(os.path.join(d, "cgroup.subtree_control")).split():
+                    return d
+                nxt += [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)
+                        and not e.name.startswith(SCRATCH_PREFIX)]
+            except OSError:
+                continue
+        level = nxt
+    return None
+
+
 def _cgroup_of(pid: int) -> List[str]:
     with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
         return [line.split(":", 2)[2].strip() for line in f if line.count(":") >= 2]
@@ -98,10 +119,11 @@ def probe(cgroup_root: str = "/sys/fs/cgroup", name: Optional[str] = None) -> Pr
 
     if os.geteuid() != 0:
         return result(CANNOT_TELL, "needs root (it makes a scratch cgroup)")
-    parent = layout.cpuset_root
+    parent = layout.cpuset_root if layout.version == 1 else find_cpuset_parent(layout.root)
+    if parent is None:
+        return result(CANNOT_TELL, f"no cgroup at or below {layout.root} (3 levels) has the cpuset controller in its "
+                                   "cgroup.subtree_control")
     try:
-        if layout.version == 2 and "cpuset" not in _read(os.path.join(parent, "cgroup.subtree_control")).split():
-            return result(CANNOT_TELL, f"the cpuset controller is not enabled in {parent}/cgroup.subtree_control")
         eff_name = "cpuset.effective_cpus" if layout.version == 1 else "cpuset.cpus.effective"
         usable = sorted(parse_cpulist(_read(os.path.join(parent, eff_name))) & os.sched_getaffinity(0))
     except (OSError, HookError) as exc:
@@ -134,7 +156,7 @@ def _run(layout: Layout, scratch: str, cpus: Tuple[int, int]) -> Tuple[str, str]
         child = subprocess.Popen([sys.executable, "-I", "-S", "-c", CHILD, str(a)], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         _write(os.path.join(scratch, "cgroup.procs"), str(child.pid))
-        rel = "/" + os.path.relpath(scratch, layout.cpuset_root)
+        rel = "/" + os.path.relpath(scratch, layout.cpuset_root if layout.version == 1 else layout.root)
         if rel not in _cgroup_of(child.pid):
             return CANNOT_TELL, f"the child did not move into {scratch} (not a cgroup file system)"
         assert child.stdin is not None and child.stdout is not None

@@ -97,6 +97,10 @@ VM_SCRIPT = """
 import glob, json, os, sys
 sys.path.insert(0, {src!r})
 from mixed_cpus_hook.affinity import probe, SCRATCH_PREFIX
+# A throwaway VM without systemd: nobody enabled cpuset for the root's children (a node's
+# systemd does, for kubepods.slice at least); the probe looks for such a cgroup.
+with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+    f.write("+cpuset +cpu")
 r = probe("/sys/fs/cgroup")
 left = glob.glob("/sys/fs/cgroup/" + SCRATCH_PREFIX + "*")
 with open(sys.argv[1], "w") as f:
