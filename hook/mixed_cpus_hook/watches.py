@@ -135,8 +135,10 @@ def ensure_links(state_dir: str, cid: str, links: Dict[str, str]) -> bool:
     """
     folder = watch_dir(state_dir, cid)
     changed = False
+    refuse_links(state_dir, folder)
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
+        refuse_links(state_dir, folder)
         for name in LINKS:
             path = os.path.join(folder, name)
             try:
@@ -164,23 +166,41 @@ def ensure_links(state_dir: str, cid: str, links: Dict[str, str]) -> bool:
     return changed
 
 
+def refuse_links(state_dir: str, folder: str) -> None:
+    """``<state_dir>/watch`` and ``folder`` must be real directories (or absent), never symlinks.
+
+    A symlinked ``watch/<id>`` made ``sync`` delete every file in its target; the message
+    names the link and where it leads.
+    """
+    top = os.path.realpath(state_dir)
+    for d in (watch_dir(state_dir), folder):
+        if os.path.islink(d):
+            target = os.path.realpath(d)
+            inside = target == top or target.startswith(top.rstrip("/") + "/")
+            raise RecordError(f"is a symbolic link to {target}{'' if inside else ', outside the state directory'}; "
+                              "the watch links live in a real directory: refusing to use it", d)
+
+
 def remove_links(state_dir: str, cid: str) -> bool:
-    """Remove ``<state_dir>/watch/<cid>/``; True when there was one."""
+    """Remove ``<state_dir>/watch/<cid>/``; True when there was one. Never follows a symlink."""
     folder = watch_dir(state_dir, cid)
+    refuse_links(state_dir, folder)
     try:
-        names = os.listdir(folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+        raise RecordError(f"cannot open: {exc.strerror}", folder) from None
     try:
-        for name in names:
-            os.unlink(os.path.join(folder, name))
+        for name in os.listdir(fd):
+            os.unlink(name, dir_fd=fd)
         os.rmdir(folder)
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise RecordError(f"cannot remove the watch links: {exc.strerror}", folder) from None
+    finally:
+        os.close(fd)
     return True
 
 

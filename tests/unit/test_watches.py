@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
+from mixed_cpus_hook.errors import RecordError
+
 from mixed_cpus_hook import engine, records, watches
 from mixed_cpus_hook.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
 from mixed_cpus_hook.errors import CgroupError
@@ -163,6 +165,54 @@ def test_links_are_made_replaced_and_removed(tmp_path: Path) -> None:
     assert watches.remove_links(state, "c1") is True
     assert watches.remove_links(state, "c1") is False
     assert watches.list_watch_dirs(state) == []
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me")
+    return victim
+
+
+LINKED = [
+    pytest.param(lambda state, victim: os.symlink(victim, os.path.join(state, "watch", "c1")), "watch/c1",
+                 id="watch-id-dir"),
+    pytest.param(lambda state, victim: os.symlink(victim, os.path.join(state, "watch")), "watch", id="watch-dir"),
+]
+
+
+@pytest.mark.parametrize("plant,link", LINKED)
+def test_symlinked_watch_dirs_are_refused_and_never_followed(tmp_path: Path, plant: Callable, link: str) -> None:
+    state = tmp_path / "state"
+    (state / "watch").mkdir(parents=True)
+    victim = _victim(tmp_path)
+    if link == "watch":
+        (state / "watch").rmdir()
+    plant(str(state), str(victim))
+    for act in (lambda: watches.remove_links(str(state), "c1"),
+                lambda: watches.ensure_links(str(state), "c1", {"cpus": str(tmp_path / "a")})):
+        with pytest.raises(RecordError) as info:
+            act()
+        assert str(info.value) == (f"{state}/{link}: is a symbolic link to {victim}, outside the state directory; "
+                                   "the watch links live in a real directory: refusing to use it")
+    assert sorted(p.name for p in victim.iterdir()) == ["precious"]
+
+
+def test_sync_with_a_symlinked_watch_dir_deletes_nothing(node: Any, run_hook: Callable, reporter: Any,
+                                                         tmp_path: Path) -> None:
+    a = node.add_container("aaa", quota=200000, pod_quota=200000)
+    apply(run_hook, node, a)
+    config = load_config(node.config_path)
+    sd = FakeSystemd()
+    watches.sync(config, reporter.reporter, systemd=sd)
+    folder = watches.watch_dir(config.state_dir, "aaa")
+    shutil.rmtree(folder)
+    victim = _victim(tmp_path)
+    os.symlink(victim, folder)
+    records.mark_pending(config.state_dir, "aaa")
+    watches.sync(config, reporter.reporter, systemd=sd)
+    assert sorted(p.name for p in victim.iterdir()) == ["precious"]
+    assert f"{folder}: is a symbolic link to {victim}, outside the state directory" in reporter.stream.getvalue()
 
 
 def test_desired_links_follow_the_record(node: Any, run_hook: Callable) -> None:
