@@ -40,11 +40,7 @@ try:
 except ImportError:  # collected as top-level modules (rootdir-relative)
     from helpers import read_file, write_file  # type: ignore[no-redef]
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.xfail(strict=False, reason="issue 10: the crash-safe accounting (records with 'ours' and 'phase')"
-                                           " has not landed in engine.py yet; remove when the lead says it has"),
-]
+pytestmark = pytest.mark.integration
 
 PREFIX = "mixed-cpus.openshift.io"
 NAMESPACE = "crash-ns"
