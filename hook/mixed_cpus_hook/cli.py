@@ -84,7 +84,8 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
 
 
 @cli.command(context_settings=CONTEXT, short_help='Re-apply what kubelet rewrote (quiet when all is in sync).')
-@click.option("--container", "container_id", metavar="ID", help="Only this container.")
+@click.option("--container", "container_id", metavar="ID",
+              help="Only this container (any unique prefix of its id; unknown or ambiguous: exit 1).")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
 @click.option("--settle", type=click.FloatRange(0, 10), default=0.0, metavar="SECONDS",
               help="With --container: re-read its files for SECONDS after the pass and fix again what "
@@ -113,6 +114,10 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
     reason = f"reapplied ({why})" if why else "reapplied"
     try:
         config = obj.config()
+        if container_id:
+            from .records import list_records
+
+            container_id = compute_match_id(container_id, list_records(config.state_dir, "containers"))
         node = read_node(config)
         results = run_reconcile(config, obj.reporter, only=container_id, dry_run=dry_run, reason=reason,
                                 settle=settle, node=node)
@@ -172,47 +177,178 @@ def watches_sync(obj: Ctx, full: bool) -> None:
     sys.exit(1 if report.errors else EXIT_OK)
 
 
-@cli.command(context_settings=CONTEXT, short_help='Every tracked container: desired vs actual, in sync or not.')
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects.")
-@click.pass_obj
-def status(obj: Ctx, as_json: bool) -> None:
-    """Every tracked container: ids, cgroup, exclusive/shared/desired/actual cpuset, quotas, in sync?
+EXIT_DRIFT = 3
 
-    Exit 0 when all are in sync, 1 when any is not (or on error).
+
+@cli.command(context_settings=CONTEXT, short_help='Every tracked container: desired vs actual, in sync or not.')
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects, every value whole.")
+@click.option("--wide", is_flag=True, help="Every column, nothing shortened (wider than 100 columns).")
+@click.option("--container", "container_id", metavar="ID", help="Only this container (any unique prefix of its id).")
+@click.pass_obj
+def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> None:
+    """Every tracked container: its cpuset and quotas, desired against actual.
+
+    One line per container (short ids and names; --wide for every column, --json for whole
+    values), then each container's problem and the node's problems once. A bad fact (a shared
+    set, an unreadable cgroup, a broken record) is the problem of the rows it concerns: every
+    container is still listed.
+
+    \b
+    Exit codes:
+      0  every container is in sync
+      1  error: a broken record, an unreadable fact, a node-wide problem, an unknown --container
+      3  drift: some container differs from what it should be (`reconcile` fixes it)
     """
-    from .engine import read_status
+    from . import engine
 
     try:
-        rows = read_status(obj.config())
+        config = obj.config()
+        report = getattr(engine, "read_status_report", None)
+        rows, problems = report(config) if report else (engine.read_status(config), [])
+        if container_id:
+            wanted = compute_match_id(container_id, [r.get("id", "") for r in rows])
+            rows = [r for r in rows if r.get("id") == wanted]
     except HookError as exc:
         _fail(obj, exc)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
-        click.echo(format_status_table(rows))
-    sys.exit(EXIT_OK if all(r["in_sync"] for r in rows) else 1)
+        click.echo(format_status_table(rows, problems, wide))
+    sys.exit(compute_status_exit(rows, problems))
 
 
-def format_status_table(rows: List[dict]) -> str:
-    """A fixed-width table, one row per container; problems on their own line below."""
+def compute_match_id(prefix: str, ids: List[str]) -> str:
+    """The one id that ``prefix`` names: the id itself, or the only id starting with it."""
+    from .errors import UnknownContainerError
+
+    if prefix in ids:
+        return prefix
+    found = sorted(i for i in ids if prefix and i.startswith(prefix))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UnknownContainerError(f"no tracked container has an id starting with {prefix!r}", "--container")
+    shown = ", ".join(i[:16] for i in found[:5]) + (", ..." if len(found) > 5 else "")
+    raise UnknownContainerError(f"{prefix!r} is ambiguous: {len(found)} tracked containers start with it ({shown}); "
+                                "give more of the id", "--container")
+
+
+def compute_row_state(row: dict) -> str:
+    """ok | drift (reconcile fixes it) | error, for one status row."""
+    if row.get("in_sync") and not row.get("broken"):
+        return "ok"
+    problem = str(row.get("problem") or "")
+    if not row.get("broken") and (row.get("drift") or problem.startswith(("cgroup gone", "release did not finish"))):
+        return "drift"
+    return "error"
+
+
+def compute_status_exit(rows: List[dict], problems: List[str]) -> int:
+    states = {compute_row_state(r) for r in rows}
+    if problems or "error" in states:
+        return 1
+    return EXIT_DRIFT if "drift" in states else EXIT_OK
+
+
+def _cell(value: object) -> str:
+    """Never "None": a missing value is "-"."""
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _short(text: str, width: int) -> str:
+    """Cut in the middle, keeping both ends (ids and names differ at either end)."""
+    if len(text) <= width:
+        return text
+    keep = width - 2
+    return text[: (keep + 1) // 2] + ".." + text[len(text) - keep // 2:]
+
+
+def _quota_cell(q: object) -> str:
+    q = q if isinstance(q, dict) else {}
+    have, want = _cell(q.get("actual")), _cell(q.get("desired"))
+    return have if have == want or want == "-" else f"{have}!"
+
+
+def _when(stamp: object) -> str:
+    text = _cell(stamp)
+    return text.replace("T", " ").rstrip("Z")[5:16] if len(text) >= 16 else text
+
+
+NARROW = (("ID", 12), ("NAMESPACE/POD/CONTAINER", 28), ("MODE", 4), ("EXCL", 9), ("ACTUAL", 9), ("QUOTA", 7),
+          ("POD QUOTA", 9), ("STATE", 5))
+WIDE = ("ID", "MODE", "NAMESPACE", "POD", "CONTAINER", "CGROUP", "EXCLUSIVE", "SOURCE", "SHARED", "DESIRED",
+        "ACTUAL", "QUOTA WANT/HAVE", "POD QUOTA WANT/HAVE", "STATE", "LAST REAPPLY", "PINS", "PROBLEM")
+
+
+def _narrow_row(r: dict) -> List[str]:
+    name = "/".join(_cell(r.get(k)) for k in ("namespace", "pod", "container"))
+    state = compute_row_state(r)
+    cells = [_cell(r.get("id"))[:12], name, _cell(r.get("mode")), _cell(r.get("exclusive")), _cell(r.get("actual")),
+             _quota_cell(r.get("quota")), _quota_cell(r.get("pod_quota")), "ok" if state == "ok" else state.upper()]
+    return [_short(c, w) for c, (_, w) in zip(cells, NARROW)]
+
+
+def _wide_row(r: dict) -> List[str]:
+    def pair(q: object) -> str:
+        q = q if isinstance(q, dict) else {}
+        return f"{_cell(q.get('desired'))}/{_cell(q.get('actual'))}"
+
+    return [_cell(r.get("id")), _cell(r.get("mode")), _cell(r.get("namespace")), _cell(r.get("pod")),
+            _cell(r.get("container")), _cell(r.get("cgroup")), _cell(r.get("exclusive")),
+            _cell(r.get("exclusive_source")), _cell(r.get("shared")), _cell(r.get("desired")), _cell(r.get("actual")),
+            pair(r.get("quota")), pair(r.get("pod_quota")), compute_row_state(r), _cell(r.get("last_reapply")),
+            "maybe lost" if r.get("pins_maybe_lost") else "-", _cell(r.get("problem"))]
+
+
+def format_row_problem(r: dict) -> str:
+    """What is wrong with one row, in words: the drift's fields, the problem, lost pins."""
+    parts = []
+    drift = r.get("drift") or []
+    if drift and not r.get("problem"):
+        parts.append("; ".join(f"{d.get('field')} is {_cell(d.get('actual'))}, should be {_cell(d.get('desired'))}"
+                               for d in drift if isinstance(d, dict)))
+    if r.get("problem"):
+        parts.append(str(r["problem"]))
+    if r.get("pins_maybe_lost"):
+        parts.append(f"thread pins may have been lost (reapplied at {_when(r.get('last_reapply'))} on a kernel that "
+                     "widens them; `check` tells, NRI mode avoids it)")
+    return "; ".join(p for p in parts if p)
+
+
+def format_status_table(rows: List[dict], problems: Optional[List[str]] = None, wide: bool = False) -> str:
+    """One line per container, then each row's problem (by short id), then the node's problems once."""
+    problems = problems or []
+    lines: List[str] = []
     if not rows:
-        return "no tracked containers"
-    head = ("ID", "NAMESPACE/POD/CONTAINER", "EXCL", "SHARED", "DESIRED", "ACTUAL", "QUOTA(want/have)",
-            "POD QUOTA", "SYNC")
-    table = [head]
-    for r in rows:
-        table.append((
-            r["id"][:13], f"{r['namespace']}/{r['pod']}/{r['container']}", r["exclusive"], r["shared"],
-            r["desired"], r["actual"] or "-", f"{r['quota']['desired']}/{r['quota']['actual']}",
-            f"{r['pod_quota']['desired']}/{r['pod_quota']['actual']}", "yes" if r["in_sync"] else "NO",
-        ))
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-    for r in rows:
-        lines.append(f"  {r['id']}: cgroup {r['cgroup']}")
-        if r["problem"]:
-            lines.append(f"  {r['id']}: {r['problem']}")
+        lines.append("no tracked containers")
+    else:
+        head = list(WIDE) if wide else [h for h, _ in NARROW]
+        table = [head] + [_wide_row(r) if wide else _narrow_row(r) for r in rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        shared = sorted({_cell(r.get("shared")) for r in rows} - {"-"})
+        if shared and not wide:
+            lines.append(f"shared CPUs: {', '.join(shared)}")
+        per_row = [(r, format_row_problem(r)) for r in rows]
+        per_row = [(r, p) for r, p in per_row if p and not wide]
+        if per_row:
+            lines.append("problems:")
+            lines += [_wrap(f"  {_cell(r.get('id'))[:12]}: {p}") for r, p in per_row]
+    if problems:
+        lines.append("node problems:")
+        lines += [_wrap(f"  {p}") for p in problems]
     return "\n".join(lines)
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="      ", break_long_words=False,
+                                   break_on_hyphens=False)) or text
 
 
 @cli.command(context_settings=CONTEXT, short_help='Node doctor: config, shared CPUs, kubelet, CRI-O, units, cgroups.')

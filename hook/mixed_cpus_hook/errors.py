@@ -91,3 +91,9 @@ class KubeletStateError(HookError):
     """kubelet's CPU manager checkpoint is unreadable or not of kubelet's shape."""
 
     kind = "invalid kubelet state"
+
+
+class UnknownContainerError(HookError):
+    """A container id (or prefix) given on the command line names no tracked container, or several."""
+
+    kind = "unknown container"

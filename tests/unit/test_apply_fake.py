@@ -373,7 +373,7 @@ def test_reconcile_restores_what_kubelet_rewrote(node: Any, run_hook: Callable, 
     ok(apply(run_hook, node, paths))
     node.write(paths["rel"], "cpuset.cpus", "2-3")  # kubelet's CPU manager after a restart
     status = run_cli(["--config", node.config_path, "status", "--json"])
-    assert status.code == 1
+    assert status.code == 3  # drift
     assert json.loads(status.out)[0]["in_sync"] is False
     dry = run_cli(["--config", node.config_path, "reconcile", "--dry-run"])
     assert dry.code == 0 and "would write" in dry.out
