@@ -80,6 +80,11 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
             state = load_state(stdin if stdin is not None else sys.stdin)
         context = f"container {state.id}: "
         if args.command == "apply" and state.has_annotations and not _may_ask(state.annotations):
+            if args.verbose:  # -v: say why this container is skipped (the usual case logs nothing)
+                name = state.annotations.get("io.kubernetes.container.name")
+                _reporter(args, rep).info(f"{context}skipped: " + (
+                    f"no annotation <prefix>/{name} for it" if name else
+                    "no io.kubernetes.container.name annotation (not a Kubernetes container)"))
             return EXIT_OK
         from .config import load_config
 
