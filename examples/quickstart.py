@@ -40,7 +40,8 @@ def demo(tmp: str) -> int:
     with open(os.path.join(HERE, "config.json")) as f:
         spec = json.load(f)
     node = FakeNode(os.path.join(tmp, "node"), version=1, online="0-3")
-    cfg = node.write_config("0-1")
+    # Namespaces are opt-in: the admin lists those whose pods may ask (the example pod is in "ran").
+    cfg = node.write_config("0-1", extra={"allowed_namespaces": ["ran"]})
     ann = spec["annotations"]
     pod = f"kubepods.slice/kubepods-pod{ann['io.kubernetes.pod.uid'].replace('-', '_')}.slice"
     ctr = f"{pod}/crio-{state['id']}.scope"
