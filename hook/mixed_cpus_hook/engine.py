@@ -252,20 +252,32 @@ class _PodView(NamedTuple):
 
 
 def _load_pod(config: Config, cid: str, pod: Optional[cg.Dirs], adding: bool) -> _PodView:
+    """The pod record and its members: the containers that hold a share of its quota.
+
+    A member counts only while its container record exists: an apply killed after saving
+    the pod record (which comes first) and before the container's leaves a member nobody
+    tracks, and it must not keep a share.
+    """
     key = _pod_key(pod)
     if key is None:
         return _PodView(None, None, [])
     rec = load_record(config.state_dir, "pods", key)
-    members = list(rec["members"]) if rec else []
+    members = _live_members(config, cid, rec["members"]) if rec else []
     if adding and cid not in members:
         members = sorted(set(members) | {cid})
     return _PodView(key, rec, members)
 
 
+def _live_members(config: Config, cid: str, members: List[str]) -> List[str]:
+    from .records import record_path
+
+    return [m for m in members if m == cid or os.path.lexists(record_path(config.state_dir, "containers", m))]
+
+
 def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional[cg.Dirs],
           spec_cpus: Optional[FrozenSet[int]], prev: Optional[Dict[str, Any]], identity: Dict[str, str],
           dry_run: bool, reporter: Reporter, reason: str, adding: bool, mode: str = "hook",
-          podv: Optional[_PodView] = None) -> Outcome:
+          podv: Optional[_PodView] = None, pod_frozen: bool = False) -> Outcome:
     """Bring one container to its mixed set; the caller holds the state lock (unless dry-run).
 
     Crash safety: the records, with every quota value about to be written listed as ours,
@@ -284,7 +296,7 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
     notes: List[str] = []
     pins_lost = False
     for _ in range(MAX_PASSES):
-        observed = observe(layout, dirs, pod)
+        observed = observe(layout, dirs, None if pod_frozen else pod)
         decision = compute_exclusive(assigned, spec_cpus, observed.cpus, shared, prev_pair)
         if decision.note and decision.note not in notes:
             notes.append(decision.note)
@@ -297,8 +309,8 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
         source = _source(decision, prev)
         prev_quota = _quota_state(prev.get("quota")) if prev else None
         prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
-        plan = compute_plan(layout, dirs, pod, observed, exclusive, shared, prev_quota, prev_pod_quota,
-                            len(podv.members))
+        plan = compute_plan(layout, dirs, None if pod_frozen else pod, observed, exclusive, shared, prev_quota,
+                            prev_pod_quota, len(podv.members))
         if dry_run:
             return Outcome("planned" if plan.writes else "in-sync", tuple(describe(plan.writes)))
         cpuset_path = cg.cpuset_file(layout, dirs.cpuset)
@@ -310,7 +322,7 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
         if plan.writes and not adding:
             record["last_reapply"] = _now()
             record["reapplies"] = int(record["reapplies"]) + 1
-        new_pod = _pod_doc(podv.key, pod, plan.pod_quota, podv.members)
+        new_pod = None if pod_frozen else _pod_doc(podv.key, pod, plan.pod_quota, podv.members)
         _save_changed(config, cid, prev, record, podv, new_pod)
         if not plan.writes:
             break
@@ -375,15 +387,19 @@ def _pod_doc(key: Optional[str], pod: Optional[cg.Dirs], quota: Optional[QuotaSt
 
 def _save_changed(config: Config, cid: str, prev: Optional[Dict[str, Any]], record: Dict[str, Any],
                   podv: _PodView, new_pod: Optional[Dict[str, Any]]) -> None:
-    """Save what differs: the container record first (it is what garbage collection finds),
-    then the pod's; ``updated`` changes only when something else did."""
+    """Save what differs: the pod's record first, then the container's (which makes it a
+    member that counts); ``updated`` changes only when something else did.
+
+    A run that dies between the two leaves a pod member without a container record, which
+    counts for nothing (see _load_pod), never a container record its pod does not list.
+    """
+    if new_pod is not None and podv.record != new_pod:
+        save_record(config.state_dir, "pods", podv.key, new_pod)
     ignore = ("updated",)
     if prev is None or {k: v for k, v in prev.items() if k not in ignore} != {
             k: v for k, v in record.items() if k not in ignore}:
         record["updated"] = _now()
         save_record(config.state_dir, "containers", cid, record)
-    if new_pod is not None and podv.record != new_pod:
-        save_record(config.state_dir, "pods", podv.key, new_pod)
 
 
 def _restore_records(config: Config, cid: str, prev: Optional[Dict[str, Any]], pod_key: Optional[str],
@@ -499,7 +515,7 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
     if pod_key:
         pod_rec = load_record(config.state_dir, "pods", pod_key)
         if pod_rec is not None:
-            members = [m for m in pod_rec["members"] if m != cid]
+            members = [m for m in _live_members(config, cid, pod_rec["members"]) if m != cid]
             pod = _dirs(pod_rec.get("cgroup"), layout, f"pod record {pod_key}")
             if pod is not None and os.path.isdir(pod.cpu):
                 current = cg.read_quota(layout, pod.cpu)
@@ -533,6 +549,31 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
     return Outcome("released", tuple(lines))
 
 
+def prune_pod(config: Config, layout: cg.Layout, key: str, reporter: Reporter) -> None:
+    """Drop the members of a pod record that have no container record (an apply killed between
+    saving the two); a pod left with none gets its quota back at its base and is forgotten.
+    The caller holds the state lock."""
+    rec = load_record(config.state_dir, "pods", key)
+    if rec is None:
+        return
+    live = _live_members(config, "", rec["members"])
+    if live == rec["members"]:
+        return
+    if live:
+        save_record(config.state_dir, "pods", key, dict(rec, members=live))
+        return
+    pod = _dirs(rec.get("cgroup"), layout, f"pod record {key}")
+    q = _quota_state(rec.get("quota"))
+    if pod is not None and q is not None and os.path.isdir(pod.cpu):
+        current = cg.read_quota(layout, pod.cpu)
+        if q.is_ours(current.quota, current.period) and current.quota != q.base:
+            w = Write(cg.quota_file(layout, pod.cpu), cg.format_quota(layout, current),
+                      cg.format_quota(layout, Quota(q.base, current.period)), "pod quota: back to its base")
+            cg.write_text(w.path, w.new)
+            reporter.emit("info", f"pod {key}: no tracked container left: {describe((w,))[0]}", to_stream=False)
+    delete_record(config.state_dir, "pods", key)
+
+
 def release_state(state: State, config: Config, reporter: Reporter) -> Outcome:
     """The poststop hook."""
     with state_lock(config.state_dir):
@@ -548,14 +589,14 @@ def check_membership(config: Config, cid: str, rec: Dict[str, Any]) -> Tuple[str
     pod_rec = load_record(config.state_dir, "pods", pod_key)
     path = os.path.join(config.state_dir, "pods", pod_key + ".json")
     if pod_rec is None:
-        return f"its pod record {path} is missing (an apply that did not finish, or deleted): skipped", None
+        return f"its pod record {path} is missing: skipped", None
     if cid not in pod_rec["members"]:
-        return f"its pod record {path} does not list it (an apply that did not finish?): skipped", pod_rec
+        return f"its pod record {path} does not list it: skipped", pod_rec
     return "", pod_rec
 
 
 def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, dry_run: bool,
-                  reason: str = "reapplied") -> Outcome:
+                  reason: str = "reapplied", frozen_pods: FrozenSet[str] = frozenset()) -> Outcome:
     """Re-apply one tracked container, or garbage-collect it when its cgroup is gone.
 
     Reads only this container's record and its pod's: the cost does not grow with the number
@@ -583,9 +624,9 @@ def reconcile_one(cid: str, config: Config, node: NodeView, reporter: Reporter, 
         raise RecordError(broken, os.path.join(config.state_dir, "containers", cid + ".json"))
     pod = _dirs(rec.get("pod_cgroup"), node.layout, f"record {cid}")
     identity = {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")}
-    podv = _PodView(rec.get("pod_key"), pod_rec, list(pod_rec["members"]) if pod_rec else [])
+    podv = _PodView(rec.get("pod_key"), pod_rec, _live_members(config, cid, pod_rec["members"]) if pod_rec else [])
     outcome = _sync(config, node, cid, dirs, pod, None, rec, identity, dry_run, reporter, reason, False,
-                    rec.get("mode", "hook"), podv)
+                    rec.get("mode", "hook"), podv, pod_frozen=rec.get("pod_key") in frozen_pods)
     if outcome.status == "conflict" and not dry_run:
         reporter.error(outcome.lines[0])
     return outcome
@@ -608,21 +649,28 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
         reporter.warning(node.checkpoint_note)
     results: List[Tuple[str, Outcome]] = []
 
+    ids = [only] if only else list_records(config.state_dir, "containers")
+    frozen = frozenset() if only else read_inconsistent_pods(config, ids)
+
     def run_all(ids: List[str], why: str) -> None:
         for cid in ids:
             try:
-                results.append((cid, reconcile_one(cid, config, node, reporter, dry_run, why)))
+                results.append((cid, reconcile_one(cid, config, node, reporter, dry_run, why, frozen)))
             except HookError as exc:
                 reporter.error(f"container {cid}: {exc}")
                 results.append((cid, Outcome("broken" if isinstance(exc, RecordError) else "error", (str(exc),))))
 
-    ids = [only] if only else list_records(config.state_dir, "containers")
     if dry_run:
         run_all(ids, reason)
         return results
-    if not only:
+    if not only and not dry_run:
         with state_lock(config.state_dir):
             remove_stale_temporaries(config.state_dir, config.proc_root)
+            for key in list_records(config.state_dir, "pods"):
+                try:
+                    prune_pod(config, node.layout, key, reporter)
+                except HookError as exc:
+                    reporter.error(f"pod record {key}: {exc}")
     # The lock is taken per container: a container start (apply) never waits for more than one.
     for cid in ids:
         with state_lock(config.state_dir):
@@ -803,6 +851,34 @@ def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], con
         return _adjustment(record, lines)
 
 
+def read_inconsistent_pods(config: Config, ids: List[str]) -> FrozenSet[str]:
+    """Pods whose record does not list a container that names it: their quota is left alone.
+
+    Such a pod record was edited or damaged (a crash never produces it: the pod record is
+    saved first); its member count cannot be trusted, so nobody writes the pod's quota until
+    it is mended. Read by the full reconcile and status, which see every record anyway.
+    """
+    members: Dict[str, Optional[List[str]]] = {}
+    bad = set()
+    for cid in ids:
+        try:
+            rec = load_record(config.state_dir, "containers", cid)
+        except HookError:
+            continue
+        key = rec.get("pod_key") if rec else None
+        if not key or rec.get("phase") == "releasing":
+            continue
+        if key not in members:
+            try:
+                pod_rec = load_record(config.state_dir, "pods", key)
+            except HookError:
+                pod_rec = None
+            members[key] = list(pod_rec["members"]) if pod_rec else None
+        if members[key] is None or cid not in (members[key] or []):
+            bad.add(key)
+    return frozenset(bad)
+
+
 def _watched_files(layout: cg.Layout, rec: Dict[str, Any]) -> List[str]:
     """The files a container's watch unit watches: its cpuset and quota, its pod's quota."""
     files: List[str] = []
@@ -852,7 +928,8 @@ def read_status_report(config: Config) -> Tuple[List[Dict[str, Any]], List[str]]
     except HookError as exc:
         problems.append(str(exc))
         ids = []
-    rows = [_status_row(config, node, cid, problems) for cid in ids]
+    frozen = read_inconsistent_pods(config, ids)
+    rows = [_status_row(config, node, cid, problems, frozen) for cid in ids]
     return rows, problems
 
 
@@ -861,7 +938,8 @@ def read_status(config: Config) -> List[Dict[str, Any]]:
     return read_status_report(config)[0]
 
 
-def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: List[str]) -> Dict[str, Any]:
+def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: List[str],
+                frozen: FrozenSet[str] = frozenset()) -> Dict[str, Any]:
     row: Dict[str, Any] = {
         "id": cid, "mode": "", "namespace": "", "pod": "", "container": "", "cgroup": "",
         "exclusive": "", "exclusive_source": "", "shared": "", "desired": "", "actual": "",
@@ -919,9 +997,9 @@ def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: Li
         if want.applied != observed.quota.quota:
             drift.append({"field": "quota", **row["quota"]})
         pod_rec = load_record(config.state_dir, "pods", rec["pod_key"]) if rec.get("pod_key") else None
-        if pod_rec is not None and observed.pod_quota is not None:
+        if pod_rec is not None and observed.pod_quota is not None and rec.get("pod_key") not in frozen:
             pq = compute_quota(observed.pod_quota, _quota_state(pod_rec.get("quota")),
-                               len(shared) * len(pod_rec["members"]))
+                               len(shared) * len(_live_members(config, cid, pod_rec["members"])))
             row["pod_quota"] = {"desired": _fmt_quota(pq.applied), "actual": _fmt_quota(observed.pod_quota.quota)}
             if pq.applied != observed.pod_quota.quota:
                 drift.append({"field": "pod_quota", **row["pod_quota"]})
@@ -933,6 +1011,7 @@ def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: Li
         row["in_sync"] = not drift and decision.kind != "conflict"
     except HookError as exc:
         row["problem"] = str(exc)
+        row["broken"] = isinstance(exc, RecordError)
     return row
 
 

@@ -106,13 +106,6 @@ class Row(NamedTuple):
     gap: str = ""  # a known engine gap: the row is a strict xfail until it is closed
 
 
-# Engine gaps these rows found (engine.py at f0ed685), reported to the lead; strict, so that
-# the mark must go when the engine is fixed.
-STATUS_GAP = ("engine._status_row: a RecordError from the pod record (check_membership) lands in the generic"
-              " 'except HookError' and sets the problem without 'broken': true")
-POD_QUOTA_GAP = ("engine: a2's reconcile recomputes pod A's quota for the members its pod record lists (a2 only) and"
-                 " lowers it by a1's share while a1, skipped, still holds its raised quota")
-
 
 POD_A_BOTH = frozenset(("a1", "a2"))
 ROWS: Dict[str, Row] = {
@@ -129,13 +122,12 @@ ROWS: Dict[str, Row] = {
     "huge": Row("containers", pad_past_a_mebibyte, "larger than"),
     "symlinked": Row("containers", symlink_to_a_copy, "symbolic link"),
     "pod-record-deleted": Row("pods", delete, "missing", POD_A_BOTH),
-    "pod-members-is-a-number": Row("pods", edit(lambda d: d.update(members=5)), "members", POD_A_BOTH, STATUS_GAP),
-    "pod-members-lost-one": Row("pods", edit(lambda d: d.update(members=["a2"])), "does not list it",
-                                gap=POD_QUOTA_GAP),
-    "pod-quota-is-text": Row("pods", edit(lambda d: d.update(quota="lots")), "quota", POD_A_BOTH, STATUS_GAP),
-    "pod-truncated": Row("pods", truncate, "not JSON", POD_A_BOTH, STATUS_GAP),
-    "pod-not-an-object": Row("pods", write('"pod"'), "not a JSON object", POD_A_BOTH, STATUS_GAP),
-    "pod-symlinked": Row("pods", symlink_to_a_copy, "symbolic link", POD_A_BOTH, STATUS_GAP),
+    "pod-members-is-a-number": Row("pods", edit(lambda d: d.update(members=5)), "members", POD_A_BOTH),
+    "pod-members-lost-one": Row("pods", edit(lambda d: d.update(members=["a2"])), "does not list it"),
+    "pod-quota-is-text": Row("pods", edit(lambda d: d.update(quota="lots")), "quota", POD_A_BOTH),
+    "pod-truncated": Row("pods", truncate, "not JSON", POD_A_BOTH),
+    "pod-not-an-object": Row("pods", write('"pod"'), "not a JSON object", POD_A_BOTH),
+    "pod-symlinked": Row("pods", symlink_to_a_copy, "symbolic link", POD_A_BOTH),
 }
 
 
