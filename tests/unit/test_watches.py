@@ -497,7 +497,7 @@ def test_unit_files_agree_with_the_code() -> None:
         "mixed-cpus-hook-reconcile.service",
         "mixed-cpus-hook-reconcile.timer", "mixed-cpus-hook-reconcile@.service", "mixed-cpus-hook-sync.path",
         "mixed-cpus-hook-sync.service", "mixed-cpus-hook-watch@.path", "mixed-cpus-hook-watch-quota@.path",
-        "mixed-cpus-hook-watch-pod@.path"])
+        "mixed-cpus-hook-watch-pod@.path", "mixed-cpus-hook-nri.service"])
     state = "/run/mixed-cpus-hook"
     for link, template in watches.WATCH_TEMPLATES.items():
         watch = u[f"{template}{watches.WATCH_SUFFIX}"]
@@ -527,10 +527,11 @@ def test_unit_files_agree_with_the_code() -> None:
     assert values(u["mixed-cpus-hook-config.path"], "Path", "Unit") == ["mixed-cpus-hook-config.service"]
     timer = u["mixed-cpus-hook-reconcile.timer"]
     assert values(timer, "Timer", "OnUnitInactiveSec") == ["30s"] and values(timer, "Timer", "AccuracySec") == ["1s"]
-    # What the preset enables; the services they trigger are static, the templates never enabled.
+    # What the preset enables (NRI mode is opt-in: enableable, disabled by the preset); the services
+    # they trigger are static, the templates never enabled.
     assert sorted(n for n, p in u.items() if p.has_section("Install")) == [
-        "mixed-cpus-hook-config.path", "mixed-cpus-hook-reconcile.timer", "mixed-cpus-hook-sync.path",
-        "mixed-cpus-hook.service"]
+        "mixed-cpus-hook-config.path", "mixed-cpus-hook-nri.service", "mixed-cpus-hook-reconcile.timer",
+        "mixed-cpus-hook-sync.path", "mixed-cpus-hook.service"]
     for parser in u.values():
         for section in parser.sections():
             for _k, v in parser.items(section):
