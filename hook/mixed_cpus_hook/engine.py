@@ -120,13 +120,13 @@ def read_checkpoint(config: Config) -> Tuple[Optional[Any], str]:
     return ckpt, ""
 
 
-def _assigned(node: NodeView, pod_uid: str, container: str, where: str) -> Optional[FrozenSet[int]]:
+def _assigned(node: NodeView, pod_uid: str, container: str, cid: str) -> Optional[FrozenSet[int]]:
     """This container's entry in kubelet's checkpoint (online CPUs only), or None without one."""
-    if node.checkpoint is None or not pod_uid or not container:
+    if node.checkpoint is None:
         return None
     from .kubelet import compute_assigned
 
-    cpus = compute_assigned(node.checkpoint, pod_uid, container)
+    cpus = compute_assigned(node.checkpoint, pod_uid, container, cid)
     if cpus is not None and node.online:
         require_subset(cpus, node.online, f"kubelet checkpoint entry {pod_uid}/{container} (offline CPUs)",
                        node.checkpoint.where)
@@ -291,7 +291,7 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
         prev_pair = (parse_cpulist(prev["exclusive"], "record"), parse_cpulist(prev["shared"], "record"))
     if podv is None:
         podv = _load_pod(config, cid, pod, adding)
-    assigned = _assigned(node, identity.get("pod_uid", ""), identity.get("container", ""), f"container {cid}")
+    assigned = _assigned(node, identity.get("pod_uid", ""), identity.get("container", ""), cid)
     lines: List[str] = []
     notes: List[str] = []
     pins_lost = False
@@ -431,8 +431,7 @@ def _check_pod(pod: Optional[cg.Dirs], pod_uid: str, where: str) -> None:
     """The pod cgroup the container sits in must be the pod its annotations name."""
     if pod is None or not pod_uid:
         return
-    matches = getattr(cg, "compute_pod_matches", None)
-    if matches is not None and not matches(os.path.basename(pod.cpu), pod_uid):
+    if not cg.compute_pod_matches(os.path.basename(pod.cpu), pod_uid):
         raise CgroupError(f"the container's pod cgroup {pod.cpu} is not the cgroup of pod {pod_uid} "
                           "that its annotations name", where)
 
@@ -756,7 +755,7 @@ def admit_container(facts: ContainerFacts, config: Config, reporter: Reporter,
             prev = None
         prev_pair = None if prev is None else (parse_cpulist(prev["exclusive"], "record"),
                                                 parse_cpulist(prev["shared"], "record"))
-        assigned = _assigned(node, request.pod_uid, request.container, f"container {facts.id}")
+        assigned = _assigned(node, request.pod_uid, request.container, facts.id)
         spec_cpus = facts.cpus if prev is None else None
         decision = compute_exclusive(assigned, spec_cpus, facts.cpus, shared, prev_pair)
         if decision.cpus is None:
@@ -819,7 +818,7 @@ def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], con
             return None
         shared = node.shared
         prev_pair = (parse_cpulist(rec["exclusive"], "record"), parse_cpulist(rec["shared"], "record"))
-        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), f"container {cid}")
+        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), cid)
         current = cpus or (prev_pair[0] | prev_pair[1])
         decision = compute_exclusive(assigned, None, current, shared, prev_pair)
         if decision.cpus is None:
@@ -983,7 +982,7 @@ def _status_row(config: Config, node: Optional[NodeView], cid: str, problems: Li
             return row
         observed = observe(node.layout, dirs, pod if pod and os.path.isdir(pod.cpu) else None)
         prev_pair = (parse_cpulist(rec["exclusive"], "record"), parse_cpulist(rec["shared"], "record"))
-        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), f"container {cid}")
+        assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), cid)
         decision = compute_exclusive(assigned, None, observed.cpus, shared, prev_pair)
         exclusive = decision.cpus if decision.cpus is not None else prev_pair[0]
         desired = exclusive | shared
