@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple
+from typing import Any, Callable, Dict, FrozenSet, NamedTuple
 
 import pytest
 
@@ -103,8 +103,6 @@ class Row(NamedTuple):
     breaks: Callable[[str], None]
     problem: str  # in the message, after the file's path
     broken: FrozenSet[str] = frozenset(("a1",))
-    gap: str = ""  # a known engine gap: the row is a strict xfail until it is closed
-
 
 
 POD_A_BOTH = frozenset(("a1", "a2"))
@@ -145,12 +143,7 @@ def _state(path: str) -> Any:
         return f.read()
 
 
-def params() -> List[Any]:
-    return [pytest.param(row, id=name, marks=[pytest.mark.xfail(strict=True, reason=row.gap)] if row.gap else [])
-            for name, row in ROWS.items()]
-
-
-@pytest.mark.parametrize("row", params())
+@pytest.mark.parametrize("row", list(ROWS.values()), ids=list(ROWS))
 def test_a_corrupt_record_breaks_only_its_containers(node: Any, run_hook: Callable, run_cli: Callable,
                                                      row: Row) -> None:
     w = World(node)
