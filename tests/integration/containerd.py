@@ -53,10 +53,12 @@ def bin_dir(cache: str = CACHE) -> str:
     return os.path.join(cache, "root", "usr", "bin")
 
 
-def ensure_binaries(cache: str = CACHE) -> str:
+def ensure_binaries(cache: str = CACHE, fetch: bool = True) -> str:
     """The cache's bin dir, fetching containerd first when it is not there (install-deps does it in CI)."""
     d = bin_dir(cache)
     if not all(os.access(os.path.join(d, b), os.X_OK) for b in ("containerd", "containerd-shim-runc-v2", "ctr")):
+        if not fetch:
+            raise RuntimeError(f"no containerd binaries in {d}")
         proc = subprocess.run(["sh", FETCH], env=dict(os.environ, CONTAINERD_CACHE=cache),
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
@@ -170,8 +172,8 @@ class Containerd:
     """One private containerd: ``start``, ``stop`` (by pid), ``restart``, ``ctr``, ``cri``, ``cleanup``."""
 
     def __init__(self, owned_cgroups: Iterable[str] = (), cache: str = CACHE, runc: str = RUNC,
-                 request_timeout: str = "2s", parent_dir: str = "/tmp") -> None:
-        self.bin = ensure_binaries(cache)
+                 request_timeout: str = "2s", parent_dir: str = "/tmp", fetch: bool = True) -> None:
+        self.bin = ensure_binaries(cache, fetch)
         # parent_dir: a file system overlayfs accepts as upper (not an overlay itself: the VM's /tmp is)
         self.dir = tempfile.mkdtemp(prefix="mch-ctd-", dir=parent_dir)
         self.sock = os.path.join(self.dir, "c.sock")

@@ -188,12 +188,14 @@ class Plugin:
     """The NRI plugin as a foreground child process; ``stop`` / ``kill`` by pid."""
 
     def __init__(self, config_path: str, socket_path: str, log_path: str, ctd: Containerd,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, reconcile_interval: Optional[float] = None) -> None:
         self.config_path, self.socket_path, self.log_path, self.ctd = config_path, socket_path, log_path, ctd
         self.env = dict(os.environ, **(env or {}))
         self.env.pop("MIXED_CPUS_HOOK_CONFIG", None)
         self.proc: Optional[subprocess.Popen] = None
-        self.argv = [hook_executable(), "--config", config_path, "nri", "--socket", socket_path]
+        self.argv = [hook_executable(), "-v", "--config", config_path, "nri", "--socket", socket_path]
+        if reconcile_interval is not None:  # the periodic reconcile, made frequent enough to be exercised
+            self.argv += ["--reconcile-interval", f"{reconcile_interval:g}"]
         self.ready_timeout = PLUGIN_READY_TIMEOUT
 
     def start(self, wait: bool = True) -> None:

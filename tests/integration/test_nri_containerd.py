@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from typing import Callable, Dict, List
 
 import pytest
@@ -40,6 +41,7 @@ MIXED_VALUES = {"cpus": MIXED, "quota": 200000, "pod_quota": 300000}
 MIXED_INSIDE = {"Cpus_allowed_list": MIXED, "OPENSHIFT_ISOLATED_CPUS": EXCLUSIVE, "OPENSHIFT_SHARED_CPUS": SHARED}
 BUSYBOX = "/bin/busybox"
 SETTLE = 15.0  # seconds to wait for an asynchronous change (Synchronize, reconnect)
+RECONCILE_INTERVAL = 1.0  # the plugin's periodic reconcile (default 10 s), so that tests see it act
 
 
 def require_prerequisites() -> None:
@@ -96,8 +98,8 @@ class NriWorld:
                     f"failure_policy: {failure_policy}\nallowed_namespaces: {allowed}\n"
                     f"kubelet_state_file: {self.node.tmp}/no-kubelet/cpu_manager_state\n")
         p = Plugin(path, self.ctd.nri_sock, os.path.join(self.node.tmp, f"plugin-{len(self.plugins)}.log"),
-                   self.ctd, env={"MIXED_CPUS_HOOK_CACHE_DIR": self.node.cache_dir})
-        p.argv.insert(1, "-v")
+                   self.ctd, env={"MIXED_CPUS_HOOK_CACHE_DIR": self.node.cache_dir},
+                   reconcile_interval=RECONCILE_INTERVAL)
         self.plugins.append(p)
         if start:
             p.start()
@@ -139,13 +141,15 @@ def assert_mixed(nri: NriWorld, pod, cid: str, pod_quota: int = 300000) -> None:
     assert nri.node.record(cid).get("mode") == "nri", nri.node.record(cid)
 
 
-def rewrite_and_watch(nri: NriWorld, pod, cid: str, updates: List[Dict[str, object]]) -> Dict[str, Watcher]:
-    """kubelet's UpdateContainerResources calls, with the container's cpuset and quota files watched."""
-    cg = {"cpus": nri.kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus",
-          "quota": nri.kube.cgroup(pod, cid, "cpu") + "/cpu.cfs_quota_us"}
-    with Watcher(cg["cpus"]) as wc, Watcher(cg["quota"]) as wq:
+def rewrite_and_watch(nri: NriWorld, pod, cid: str, updates: List[Dict[str, object]],
+                      settle: float = 0.0) -> Dict[str, Watcher]:
+    """kubelet's UpdateContainerResources calls, with the container's cpuset and quota files watched
+    (and for ``settle`` seconds after them: what the plugin's periodic reconcile writes shows too)."""
+    cg = {"cpus": nri.kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus", "quota": nri.kube.quota_file(pod, cid)}
+    with Watcher(cg["cpus"], pause=0.0005) as wc, Watcher(cg["quota"], pause=0.0005) as wq:
         for u in updates:
             nri.kube.update(cid, **u)
+        time.sleep(settle)
     return {"cpus": wc, "quota": wq}
 
 
@@ -184,8 +188,9 @@ def test_kubelet_update_never_leaves_the_exclusive_only_set(nri):
     pod = nri.kube.pod()
     cid = nri.kube.container(pod)
     assert_mixed(nri, pod, cid)
-    # The CPU manager's rewrite after a kubelet restart: cpuset only, three times.
-    w = rewrite_and_watch(nri, pod, cid, [{"cpus": EXCLUSIVE}] * 3)
+    # The CPU manager's rewrite after a kubelet restart: cpuset only, three times; then two
+    # rounds of the plugin's periodic reconcile.
+    w = rewrite_and_watch(nri, pod, cid, [{"cpus": EXCLUSIVE}] * 3, settle=2.5 * RECONCILE_INTERVAL)
     assert w["cpus"].events >= 3, f"runc wrote cpuset.cpus {w['cpus'].events} times for 3 updates"
     assert w["cpus"].values() == {MIXED}, f"cpuset.cpus seen: {w['cpus'].seen} after events {w['cpus'].after_event}"
     assert w["quota"].values() == {"200000"}, f"cfs_quota_us seen: {w['quota'].seen}"

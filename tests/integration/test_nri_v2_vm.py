@@ -45,6 +45,7 @@ INPUT = {
     "shared": SHARED, "exclusive": EXCLUSIVE, "mixed": MIXED,
     "quota": QUOTA, "pod_quota": POD_QUOTA, "period": PERIOD,
     "request_timeout": "60s",  # NRI's per-request timeout: a Python plugin under emulation needs more than 2 s
+    "reconcile_interval": 5.0,  # the plugin's periodic reconcile (default 10 s), exercised after the rewrites
     "cri_timeout": 120.0, "start_timeout": 300.0, "plugin_timeout": 180.0, "exec_timeout": 60, "settle": 60.0,
 }
 
@@ -59,8 +60,12 @@ def run():
     except RuntimeError as exc:
         pytest.fail(f"containerd is not in the cache: {exc}")
     with tempfile.TemporaryDirectory(prefix="mch-nri-vm-") as rwdir:
+        # The VM does not see the host's /var/cache: the binaries go into the shared rwdir
+        # (hard links when on the same file system, else copies).
+        cache = os.path.join(rwdir, "containerd")
+        shutil.copytree(ctd_mod.CACHE, cache, copy_function=link_or_copy)
         with open(os.path.join(rwdir, "input.json"), "w", encoding="utf-8") as f:
-            json.dump(INPUT, f, indent=1)
+            json.dump(dict(INPUT, containerd_cache=cache), f, indent=1)
         script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
         try:
             result, timeout = vm.run_in_vm(script, rwdir, cpus=4, timeout=VM_TIMEOUT), None
@@ -80,6 +85,13 @@ def run():
         pytest.fail(f"the VM wrote no results file\n{result.describe()}")
     print(f"\nNRI v2 VM: {result.elapsed:.1f} s in all, scenario {doc.get('elapsed')} s")
     return Run(result, doc)
+
+
+def link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 class Run:

@@ -66,7 +66,8 @@ def main(argv) -> int:
     quota, pod_quota, period = inp["quota"], inp["pod_quota"], inp["period"]
     base = inp["base_dir"]
     os.makedirs(base, exist_ok=True)
-    ctd = ctd_mod.Containerd(owned_cgroups=[inp["top"]], request_timeout=inp["request_timeout"], parent_dir=base)
+    ctd = ctd_mod.Containerd(owned_cgroups=[inp["top"]], request_timeout=inp["request_timeout"], parent_dir=base,
+                             cache=inp["containerd_cache"], fetch=False)
     ctd.cri_timeout, ctd.start_timeout = inp["cri_timeout"], inp["start_timeout"]
     kube = None
     plugins = []
@@ -80,7 +81,7 @@ def main(argv) -> int:
         with open("/sys/devices/system/cpu/online", encoding="ascii") as f:
             online = f.read().strip()
         res.doc["env"] = {"cgroup_fs": mounts, "controllers": controllers, "online": online,
-                          "containerd": ctd_mod.version()}
+                          "containerd": ctd_mod.version(inp["containerd_cache"])}
         res.save()
 
         t0 = time.monotonic()
@@ -98,8 +99,8 @@ def main(argv) -> int:
                 f.write(f'shared_cpus: "{shared}"\nstate_dir: {state}\nfailure_policy: {policy}\n'
                         f"allowed_namespaces: [mixed-ns]\nkubelet_state_file: {base}/none/cpu_manager_state\n")
             p = Plugin(path, ctd.nri_sock, os.path.join(base, f"plugin-{len(plugins)}.log"), ctd,
-                       env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(base, "cache")})
-            p.argv.insert(1, "-v")
+                       env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(base, "cache")},
+                       reconcile_interval=inp["reconcile_interval"])
             p.ready_timeout = inp["plugin_timeout"]
             plugins.append(p)
             t = time.monotonic()
@@ -111,11 +112,12 @@ def main(argv) -> int:
             d = os.path.join(state, "containers")
             return sorted(e[:-5] for e in os.listdir(d) if e.endswith(".json")) if os.path.isdir(d) else []
 
-        def watched(pod, cid, updates):
+        def watched(pod, cid, updates, settle=0.0):
             with Watcher(kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus", pause=0.001) as wc, \
                     Watcher(kube.quota_file(pod, cid), pause=0.001) as wq:
                 for u in updates:
                     kube.update(cid, **u)
+                time.sleep(settle)  # the plugin's periodic reconcile acts meanwhile
             return {"cpus_seen": sorted(wc.values()), "cpus_events": wc.events, "cpus_samples": wc.samples,
                     "quota_seen": sorted(wq.values())}
 
@@ -128,7 +130,7 @@ def main(argv) -> int:
         res.step("create", cid=cid, values=kube.values(pod, cid), inside=kube.inside(cid),
                  side_values=kube.values(pod, side), side_inside=kube.inside(side), records=records())
 
-        w = watched(pod, cid, [{"cpus": excl}, {"cpus": excl}])
+        w = watched(pod, cid, [{"cpus": excl}, {"cpus": excl}], settle=2.5 * inp["reconcile_interval"])
         after = kube.values(pod, cid)
         w2 = watched(pod, cid, [{"cpus": excl, "quota": quota + 100000, "period": period}])
         after_resize = kube.values(pod, cid)
@@ -171,7 +173,6 @@ def main(argv) -> int:
     except Exception:
         res.doc["error"] = traceback.format_exc()
         res.doc["containerd_log"] = ctd.log_tail(60)
-        res.doc["plugin_logs"] = [p.log() for p in plugins]
     finally:
         problems = kube.cleanup() if kube is not None and ctd.proc is not None else []
         codes = [p.stop() for p in plugins]
@@ -179,6 +180,7 @@ def main(argv) -> int:
         problems += remove_cgroups(inp["top"])
         shutil.rmtree(base, ignore_errors=True)
         res.doc["cleanup"] = {"problems": problems, "plugin_exit_codes": codes}
+        res.doc["plugin_logs"] = [p.log() for p in plugins]
         res.save()
     return 0
 
