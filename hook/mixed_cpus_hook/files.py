@@ -20,14 +20,15 @@ class FileRefused(ValueError):
     """The file exists but is not a regular file, or is larger than the limit; the message says which."""
 
 
-def read_regular_file(path: str, limit: int) -> bytes:
-    """The bytes of ``path`` (symlinks followed), a regular file of at most ``limit`` bytes.
+def read_regular_file(path: str, limit: int, follow: bool = True) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
 
-    Raises FileNotFoundError or another OSError as open/read do, FileRefused otherwise.
-    Opened non-blocking so that a FIFO is seen (by fstat) instead of waited on; a file that
-    grows while it is read is refused once more than ``limit`` bytes came.
+    Raises FileNotFoundError or another OSError as open/read do (ELOOP for a symlink when
+    ``follow`` is false), FileRefused otherwise. Opened non-blocking so that a FIFO is seen
+    (by fstat) instead of waited on; a file that grows while it is read is refused once more
+    than ``limit`` bytes came.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):  # read(2) would say so: keep the usual "Is a directory"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 
 from .cpuset import format_cpulist, parse_cpulist
 from .errors import CpuListError, KubeletStateError
@@ -175,36 +174,19 @@ def load_checkpoint(path: str = DEFAULT_STATE_FILE) -> Optional[Checkpoint]:
 
     The file itself must be a regular file (not a symlink, FIFO or device) of at most MAX_SIZE.
     """
+    from .files import FileRefused, read_regular_file
+
     try:
-        # O_NONBLOCK: opening a FIFO planted there must not hang the hook.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular_file(path, MAX_SIZE, follow=False)
     except FileNotFoundError:
         return None
+    except FileRefused as exc:
+        raise KubeletStateError(f"not kubelet's CPU manager state: {exc}", path) from None
     except OSError as exc:
         if os.path.islink(path):
             raise KubeletStateError("is a symbolic link; kubelet writes a regular file", path) from None
         raise KubeletStateError(f"cannot read the kubelet CPU manager state: {exc.strerror}", path) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KubeletStateError("is not a regular file; kubelet writes a regular file", path)
-        if st.st_size > MAX_SIZE:
-            raise KubeletStateError(f"is {st.st_size} bytes, above the limit of {MAX_SIZE}", path)
-        chunks = []
-        total = 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > MAX_SIZE:
-                raise KubeletStateError(f"is above the limit of {MAX_SIZE} bytes", path)
-            chunks.append(chunk)
-    except OSError as exc:
-        raise KubeletStateError(f"cannot read the kubelet CPU manager state: {exc.strerror}", path) from None
-    finally:
-        os.close(fd)
-    return parse_checkpoint(b"".join(chunks), path)
+    return parse_checkpoint(data, path)
 
 
 def compute_assigned(ckpt: Checkpoint, pod_uid: str, container: str,

@@ -174,10 +174,14 @@ def load_record(state_dir: str, kind: str, name: str) -> Optional[Dict[str, Any]
     """The record, checked (RecordError names the file and the problem), or None when there is none."""
     path = record_path(state_dir, kind, name)
     _check_dir(os.path.join(state_dir, kind))
+    from .files import FileRefused, read_regular_file
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular_file(path, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
         return None
+    except FileRefused as exc:
+        raise RecordError(f"invalid record: {exc}", path) from None
     except OSError as exc:
         import errno
 
@@ -185,26 +189,7 @@ def load_record(state_dir: str, kind: str, name: str) -> Optional[Dict[str, Any]
             raise RecordError("is a symbolic link; refusing to follow it", path) from None
         raise RecordError(f"cannot read: {exc.strerror}", path) from None
     try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RecordError("is not a regular file", path)
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_RECORD_BYTES:
-                raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not a record", path)
-            chunks.append(chunk)
-    except OSError as exc:
-        raise RecordError(f"cannot read: {exc.strerror}", path) from None
-    finally:
-        os.close(fd)
-    try:
-        doc = json.loads(b"".join(chunks))
+        doc = json.loads(data)
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else f"not JSON ({exc})"
         raise RecordError(f"invalid record: {what}", path) from None

@@ -278,9 +278,9 @@ def _unreadable(tmp_path: Any) -> str:
 
 LOAD_MALFORMED = [
     pytest.param(_symlink, "is a symbolic link; kubelet writes a regular file", id="symlink"),
-    pytest.param(_fifo, "is not a regular file", id="fifo-does-not-hang"),
-    pytest.param(_directory, "is not a regular file", id="directory"),
-    pytest.param(_too_big, f"above the limit of {MAX_SIZE}", id="too-big"),
+    pytest.param(_fifo, "not kubelet's CPU manager state: not a regular file (a FIFO)", id="fifo-does-not-hang"),
+    pytest.param(_directory, "Is a directory", id="directory"),
+    pytest.param(_too_big, f"not kubelet's CPU manager state: larger than {MAX_SIZE} bytes", id="too-big"),
     pytest.param(_unreadable, "cannot read the kubelet CPU manager state", id="unreadable"),
 ]
 

@@ -164,7 +164,7 @@ LOAD_ERRORS = [
     pytest.param(_record_bytes(mode="cri"), "invalid record: mode is not one of hook, nri", id="unknown-mode"),
     pytest.param(_record_bytes(cgroup_version=True), "invalid record: cgroup_version is not 1 or 2",
                  id="cgroup-version-bool"),
-    pytest.param(b" " * (2 << 20), "larger than", id="huge"),
+    pytest.param(b" " * (2 << 20), "invalid record: larger than 1048576 bytes", id="huge"),
 ]
 
 
