@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 V1_CPUSET_FILES = {"cpuset.cpus": "", "cpuset.mems": "0", "cpuset.effective_cpus": "", "tasks": "",
                    "cgroup.procs": ""}
@@ -57,6 +57,8 @@ class FakeNode:
         self.proc_root = os.path.join(self.root, "proc")
         self.state_dir = os.path.join(self.root, "run/mixed-cpus-hook")
         self.etc = os.path.join(self.root, "etc/mixed-cpus-hook")
+        # kubelet's CPU manager checkpoint lives in the fake tree: no test reads the host's.
+        self.kubelet_state = os.path.join(self.root, "var/lib/kubelet/cpu_manager_state")
         self.online = online
         _write(os.path.join(self.sys_root, "devices/system/cpu/online"), online)
         os.makedirs(self.proc_root, exist_ok=True)
@@ -128,11 +130,54 @@ class FakeNode:
         _write(shared_file, f"# the node's shared CPUs (kubelet reservedSystemCPUs covers them)\n{shared}")
         doc: Dict[str, object] = {"shared_cpus_file": shared_file, "cgroup_root": self.cgroup_root,
                                   "state_dir": self.state_dir, "proc_root": self.proc_root,
-                                  "sys_root": self.sys_root, "allowed_namespaces": ["ran"]}
+                                  "sys_root": self.sys_root, "kubelet_state_file": self.kubelet_state,
+                                  "allowed_namespaces": ["ran"]}
         doc.update(extra or {})
         path = os.path.join(self.etc, "config.yaml")
         _write(path, "".join(f"{k}: {json.dumps(v)}\n" for k, v in doc.items()))
         return path
+
+    def write_checkpoint(self, entries: Optional[Dict[str, Any]] = None, default: Optional[str] = None,
+                         policy: str = "static", checksum: Optional[int] = None, path: Optional[str] = None) -> str:
+        """kubelet's CPU manager checkpoint, as kubelet writes it (json.Marshal, then a rename).
+
+        ``entries``: V2 ``{pod uid: {container name: cpulist}}`` or V1 ``{container id: cpulist}``.
+        ``default`` (defaultCpuSet) defaults to the online CPUs no entry holds, as kubelet
+        computes it; ``checksum`` to kubelet's own (fnv32a over go-spew's rendering).
+        """
+        from .cpuset import format_cpulist, parse_cpulist
+        from .kubelet import compute_fnv32a, format_spew
+
+        entries = dict(entries or {})
+        if default is None:
+            taken = set()
+            for value in entries.values():
+                for cpus in (value.values() if isinstance(value, dict) else (value,)):
+                    taken |= parse_cpulist(cpus)
+            default = format_cpulist(parse_cpulist(self.online) - taken)
+        v1 = any(isinstance(v, str) for v in entries.values())
+        if checksum is None:
+            checksum = compute_fnv32a(format_spew(policy, default, entries, v1).encode("utf-8"))
+        doc: Dict[str, Any] = {"policyName": policy, "defaultCpuSet": default}
+        if entries:  # `json:"entries,omitempty"`
+            doc["entries"] = entries
+        doc["checksum"] = checksum
+        return self.write_kubelet_state(json.dumps(doc, separators=(",", ":")), path)
+
+    def write_kubelet_state(self, text: str, path: Optional[str] = None) -> str:
+        """Any content at the checkpoint's place, replaced atomically like kubelet does."""
+        path = path or self.kubelet_state
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return path
+
+    def remove_checkpoint(self) -> None:
+        """What OpenShift's kubelet.service ExecStartPre does at every kubelet start."""
+        if os.path.lexists(self.kubelet_state):
+            os.unlink(self.kubelet_state)
 
     def add_container(self, cid: str, name: str = "app", pod_uid: str = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc",
                       driver: str = "cgroupfs", cpus: str = "2-3", quota: Optional[int] = None,
