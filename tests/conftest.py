@@ -365,3 +365,42 @@ def schemas() -> Dict[str, Dict[str, Any]]:
         with open(path, encoding="utf-8") as f:
             out[path.name[: -len(".schema.json")]] = json.load(f)
     return out
+
+
+# -- the host's own state is never touched ----------------------------------------------------
+
+HOST_STATE_DIRS = ("/run/mixed-cpus-hook", "/etc/mixed-cpus-hook", "/var/lib/kubelet")
+
+
+def _host_state() -> Dict[str, int]:
+    """Every file below the product's production paths, with its modification time."""
+    seen: Dict[str, int] = {}
+    for top in HOST_STATE_DIRS:
+        for folder, _dirs, files in os.walk(top):
+            for name in files + [""]:
+                path = os.path.join(folder, name)
+                try:
+                    seen[path] = os.lstat(path).st_mtime_ns
+                except OSError:
+                    pass
+    return seen
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_HOST_STATE_KEY] = _host_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test wrote the host's /run/mixed-cpus-hook (or /etc, kubelet's dir)."""
+    before = session.config.stash.get(_HOST_STATE_KEY, None)
+    if before is None or hasattr(session.config, "workerinput"):
+        return
+    after = _host_state()
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    if changed:
+        sys.stderr.write("\nerror: the tests changed the host's own state (they must use temporary dirs):\n  "
+                         + "\n  ".join(changed[:20]) + "\n")
+        session.exitstatus = 1
+
+
+_HOST_STATE_KEY = pytest.StashKey[Dict[str, int]]()
