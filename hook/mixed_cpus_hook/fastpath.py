@@ -71,11 +71,16 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
         from .oci import load_state
 
         if args.state:
+            from .files import FileRefused, read_regular_file
+            from .oci import MAX_STATE_BYTES, parse_state
+
             try:
-                with open(args.state, encoding="utf-8") as f:
-                    state = load_state(f, args.state)
+                text = read_regular_file(args.state, MAX_STATE_BYTES).decode("utf-8")
             except OSError as exc:
                 raise StateError(f"cannot read: {exc.strerror}", args.state) from None
+            except (FileRefused, UnicodeDecodeError) as exc:
+                raise StateError(f"cannot read the state: {exc}", args.state) from None
+            state = parse_state(text, args.state)
         else:
             state = load_state(stdin if stdin is not None else sys.stdin)
         context = f"container {state.id}: "

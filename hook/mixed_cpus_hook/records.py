@@ -44,6 +44,7 @@ MAX_WATCHABLE_ID = 200
 # members' ids): a bigger file is not one of ours and is not read whole.
 MAX_RECORD_BYTES = 1 << 20
 MODES = ("hook", "nri")
+MAX_NAME = 242
 PHASES = ("creating", "applied", "releasing")
 SOURCES = ("kubelet-checkpoint", "spec", "record", "cgroup")
 
@@ -52,6 +53,9 @@ def record_path(state_dir: str, kind: str, name: str) -> str:
     """The record file for ``name``; refuses anything that is not one plain path component."""
     if not is_plain_name(name, KINDS[kind]):
         raise RecordError(f"{name[:80]!r} is not a plain name", os.path.join(state_dir, kind))
+    if len(name) > MAX_NAME:
+        raise RecordError(f"{name[:40]!r}...: longer than {MAX_NAME} characters (its temporary file "
+                          "'.<name>.<pid>.tmp' must fit a 255-byte file name)", os.path.join(state_dir, kind))
     return os.path.join(state_dir, kind, name + ".json")
 
 

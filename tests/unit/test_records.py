@@ -356,3 +356,13 @@ def test_concurrent_apply_and_release_end_consistent(fake_node: Callable[..., An
     pod = list(node.records("pods").values())[0]
     assert pod["members"] == [f"c{i:02d}" for i in range(PER_WORKER, PER_WORKER * 2)]
     assert node.quota(pod_rel) == str(200000 + PER_WORKER * 2 * 100000) == str(pod["quota"]["applied"])
+
+
+@pytest.mark.parametrize("kind", ["containers", "pods"])
+def test_names_too_long_for_their_temporary_are_refused_up_front(tmp_path: Path, kind: str) -> None:
+    state_dir = str(tmp_path / "state")
+    with pytest.raises(RecordError, match="longer than 242 characters"):
+        save_record(state_dir, kind, "a" * 243, doc_for(kind, "a" * 243))
+    assert not os.path.exists(state_dir)
+    save_record(state_dir, kind, "a" * 242, doc_for(kind, "a" * 242))
+    assert list_records(state_dir, kind) == ["a" * 242]
