@@ -409,16 +409,21 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
 @click.option("--allow-namespace", "allow_namespace", multiple=True, metavar="GLOB",
               help="A namespace (shell glob) whose pods may ask; repeat for more. Without one (and without "
                    "allowed_namespaces in --config) no pod may ask.")
+@click.option("--no-image", "no_image", is_flag=True,
+              help="Also lay down the code, for RHCOS without a custom image: the hook's standard-library-only "
+                   "modules and executables under /usr/local, the hooks.d files in /etc/containers/oci/hooks.d, "
+                   "the units in /etc/systemd/system, the configuration as JSON (no click or PyYAML on the node).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @click.pass_obj
 def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
-                  preset: Optional[str], allow_namespace: Tuple[str, ...], output: str) -> None:
+                  preset: Optional[str], allow_namespace: Tuple[str, ...], no_image: bool, output: str) -> None:
     """Print an OpenShift MachineConfig (Ignition 3.2) that configures the hook on a role's nodes.
 
     It writes /etc/mixed-cpus-hook/config.yaml and the shared-CPU file and enables the units;
-    the RPM (layered into the RHCOS image) brings the code. Apply it with `oc apply -f -`, and
-    put the same CPUs into kubelet's reservedSystemCPUs (see docs/openshift.md).
+    the RPM (layered into the RHCOS image) brings the code, or with --no-image the MachineConfig
+    brings it too. Apply it with `oc apply -f -`, and put the same CPUs into kubelet's
+    reservedSystemCPUs (see docs/openshift.md).
     """
     from .errors import UsageError
     from .machineconfig import DEFAULT_UNITS, compute_machineconfig, mc_allowed_namespaces, parse_preset, render
@@ -439,8 +444,15 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
                     units = parse_preset(f.read())
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", preset) from None
-        mc = compute_machineconfig(role, shared_cpus, config_text=text, config_where=source or "--config",
-                                   units=units, name=name, allowed_namespaces=allow_namespace)
+        if no_image:
+            from .machineconfig import compute_noimage_machineconfig, read_noimage_files
+
+            mc = compute_noimage_machineconfig(role, shared_cpus, *read_noimage_files(), config_text=text,
+                                               config_where=source or "--config", enabled=units, name=name,
+                                               allowed_namespaces=allow_namespace)
+        else:
+            mc = compute_machineconfig(role, shared_cpus, config_text=text, config_where=source or "--config",
+                                       units=units, name=name, allowed_namespaces=allow_namespace)
     except HookError as exc:
         _fail(obj, exc)
     if not mc_allowed_namespaces(mc):

@@ -61,8 +61,34 @@ def parse_config(doc: Any, where: str) -> Config:
     return Config(source=where, **values)
 
 
+NOT_JSON = object()  # parse_json_config: the text is not JSON
+
+
+def parse_json_config(text: str, where: str) -> Any:
+    """The document of a configuration written as JSON (JSON is YAML), else ``NOT_JSON``.
+
+    A node without PyYAML (RHCOS without a custom image: ``machineconfig --no-image`` writes
+    the configuration as JSON) reads it with the json module; text that does not parse as
+    JSON goes to the YAML parser, which gives YAML's own error messages.
+    """
+    if not text.lstrip().startswith("{"):
+        return NOT_JSON
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ConfigError("not valid YAML: nested too deeply", where) from None
+    except ValueError:
+        return NOT_JSON
+
+
 def parse_config_text(text: str, where: str) -> Config:
-    """Parse YAML text (imports PyYAML: not for the hook path unless the cache misses)."""
+    """Parse the configuration's text: JSON with the json module, else YAML (imports PyYAML).
+
+    Neither runs on the hook path unless the cache misses.
+    """
+    doc = parse_json_config(text, where)
+    if doc is not NOT_JSON:
+        return parse_config(doc, where)
     import yaml  # noqa: PLC0415 - deliberately lazy, see module docstring
 
     try:

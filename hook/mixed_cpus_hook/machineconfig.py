@@ -240,3 +240,195 @@ def render(mc: Dict[str, Any], fmt: str = "yaml") -> str:
 def units_from_preset(text: Optional[str], fallback: Sequence[str] = DEFAULT_UNITS) -> List[str]:
     """The preset's units, or ``fallback`` when there is no preset text."""
     return parse_preset(text) if text is not None else list(fallback)
+
+
+# -- without a custom RHCOS image ---------------------------------------------------------------
+#
+# RHCOS has the platform Python 3.9 but neither click nor PyYAML (docs/openshift.md). The hook
+# (apply, release) and the reapply services need the standard library only, so a MachineConfig
+# can bring the code itself: the package's stdlib-only modules under /usr/local (on RHCOS a
+# symlink to the writable /var/usrlocal), two small executables, the hooks.d files in /etc
+# (CRI-O's hooks_dir there includes /etc/containers/oci/hooks.d), the units in /etc/systemd/system
+# with their commands pointed at those executables, and the configuration as JSON.
+
+NOIMAGE_LIB = "/usr/local/lib/mixed-cpus-hook"
+NOIMAGE_BIN = "/usr/local/bin/mixed-cpus-hook"
+NOIMAGE_WATCHES_BIN = "/usr/local/bin/mixed-cpus-hook-watches"
+NOIMAGE_HOOKS_DIR = "/etc/containers/oci/hooks.d"
+NOIMAGE_UNIT_DIR = "/etc/systemd/system"
+NOIMAGE_TMPFILES = "/etc/tmpfiles.d/mixed-cpus-hook.conf"
+MODE_EXECUTABLE = 0o755
+# The modules apply, release, the watches entry and the metrics import (standard library only;
+# tests/unit/test_machineconfig_noimage.py runs them laid out with nothing else importable).
+NOIMAGE_MODULES: Tuple[str, ...] = (
+    "__init__", "_compat", "cgroups", "config", "cpuset", "engine", "errors", "fastpath", "files", "kubelet",
+    "log", "metrics", "oci", "plan", "records", "request", "validate", "watches",
+)
+# Units that need more than the standard library (the NRI plugin: click, protobuf).
+NOIMAGE_SKIPPED_UNITS: Tuple[str, ...] = ("mixed-cpus-hook-nri.service",)
+# What the RPM's units run -> what the no-image units run instead. The click command line's
+# `reconcile --sync-watches` becomes the watches module's stdlib-only `reconcile-all`.
+NOIMAGE_COMMANDS: Tuple[Tuple[str, str], ...] = (
+    ("/usr/bin/python3 -I -m mixed_cpus_hook.watches ", NOIMAGE_WATCHES_BIN + " "),
+    ("/usr/bin/mixed-cpus-hook reconcile ", NOIMAGE_WATCHES_BIN + " reconcile-all "),
+)
+EXEC_KEYS = ("ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost", "ExecReload",
+             "ExecCondition")
+
+
+def compute_noimage_executable(module: str, function: str, call: str, purpose: str) -> str:
+    """A tiny #!/usr/bin/python3 -I script: ``call`` (of ``function`` from ``module``) from NOIMAGE_LIB.
+
+    The library is found next to the script (``../lib/mixed-cpus-hook``, symlinks resolved), so
+    the same file works laid out under any root. A command that needs click or PyYAML (status,
+    check, machineconfig) ends with one line saying so instead of a traceback.
+    """
+    return (
+        "#!/usr/bin/python3 -I\n"
+        f"# {purpose}\n"
+        "# Laid down by `mixed-cpus-hook machineconfig --no-image`: the package's standard-library-only\n"
+        "# modules are in ../lib/mixed-cpus-hook; status, check and machineconfig need the RPM.\n"
+        "import os\n"
+        "import sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),\n"
+        "                                \"lib\", \"mixed-cpus-hook\"))\n"
+        "try:\n"
+        f"    from {module} import {function}\n"
+        "except ImportError as exc:  # a broken layout\n"
+        "    sys.exit(f\"mixed-cpus-hook: error: {exc} (the no-image install lays down only the hook's modules)\")\n"
+        "try:\n"
+        f"    {call}\n"
+        "except ImportError as exc:\n"
+        "    sys.stderr.write(f\"mixed-cpus-hook: error: {exc}: this command needs the RPM (click, PyYAML); \"\n"
+        "                     \"without a custom image only apply, release and the units' commands run\\n\")\n"
+        "    sys.exit(1)\n"
+    )
+
+
+def compute_noimage_unit(name: str, text: str) -> str:
+    """A unit of rpm/units/ with its commands pointed at the no-image executables.
+
+    Raises UsageError when a command would still need the RPM's /usr/bin/mixed-cpus-hook (click)
+    or a package on sys.path that is not there.
+    """
+    for old, new in NOIMAGE_COMMANDS:
+        text = text.replace(old, new)
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in EXEC_KEYS and ("mixed_cpus_hook" in value or "/usr/bin/mixed-cpus-hook" in value):
+            raise UsageError(f"{name}: {line.strip()!r} needs the RPM (no stdlib-only equivalent)", "--no-image")
+    return text
+
+
+def compute_noimage_hook(name: str, text: str) -> str:
+    """A hooks.d file with hook.path = the no-image executable (as `make install` sets BINDIR's)."""
+    import json
+
+    doc = json.loads(text)
+    if doc.get("hook", {}).get("path") != "/usr/bin/mixed-cpus-hook":
+        raise UsageError(f"{name}: hook.path is {doc.get('hook', {}).get('path')!r}, not /usr/bin/mixed-cpus-hook",
+                         "--no-image")
+    doc["hook"]["path"] = NOIMAGE_BIN
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def compute_json_config(config_text: str, where: str) -> str:
+    """The configuration as JSON (read without PyYAML), equal setting for setting to ``config_text``."""
+    import json
+
+    import yaml
+
+    doc = yaml.safe_load(config_text) or {}
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if parse_config_text(text, where)._replace(source="") != parse_config_text(config_text, where)._replace(source=""):
+        raise ConfigError("the configuration does not survive conversion to JSON", where)
+    return text
+
+
+def compute_noimage_machineconfig(role: str, shared_cpus: str, sources: Dict[str, bytes], units: Dict[str, str],
+                                  hooks: Dict[str, str], tmpfiles: str, config_text: Optional[str] = None,
+                                  config_where: str = "--config", enabled: Iterable[str] = DEFAULT_UNITS,
+                                  name: Optional[str] = None, allowed_namespaces: Sequence[str] = ()
+                                  ) -> Dict[str, Any]:
+    """compute_machineconfig's MachineConfig plus the code, for RHCOS without a custom image.
+
+    ``sources``: module file name (``engine.py``) -> its bytes; ``units``: unit name -> the text
+    of rpm/units/; ``hooks``: hooks.d file name -> its text; ``tmpfiles``: rpm/mixed-cpus-hook.tmpfiles.
+    The configuration is written as JSON; the units go into Ignition's ``systemd.units``
+    (``contents``, so in /etc/systemd/system), ``enabled`` ones enabled.
+    """
+    mc = compute_machineconfig(role, shared_cpus, config_text=config_text, config_where=config_where,
+                               units=enabled, name=name, allowed_namespaces=allowed_namespaces)
+    spec = mc["spec"]["config"]
+    files = spec["storage"]["files"]
+    config_file = files[0]
+    config_file["contents"]["source"] = encode_data_url(
+        compute_json_config(decode_data_url(config_file["contents"]["source"]).decode("utf-8"), config_where
+                            ).encode("utf-8"))
+    missing = sorted(m + ".py" for m in NOIMAGE_MODULES if m + ".py" not in sources)
+    if missing:
+        raise UsageError(f"the package's modules {', '.join(missing)} are missing", "--no-image")
+    for module in NOIMAGE_MODULES:
+        files.append(_file(f"{NOIMAGE_LIB}/mixed_cpus_hook/{module}.py", sources[module + ".py"], MODE_CONFIG))
+    files.append(_file(NOIMAGE_BIN, compute_noimage_executable(
+        "mixed_cpus_hook.fastpath", "entry", "entry()",
+        "mixed-cpus-hook: the OCI hook (hooks.d runs \"apply\" and \"release\").").encode(), MODE_EXECUTABLE))
+    files.append(_file(NOIMAGE_WATCHES_BIN, compute_noimage_executable(
+        "mixed_cpus_hook.watches", "main", "sys.exit(main())",
+        "mixed-cpus-hook-watches: what the units run (python -m mixed_cpus_hook.watches).").encode(),
+        MODE_EXECUTABLE))
+    for hook_name in sorted(hooks):
+        files.append(_file(f"{NOIMAGE_HOOKS_DIR}/{hook_name}", compute_noimage_hook(hook_name, hooks[hook_name]
+                                                                                     ).encode(), MODE_CONFIG))
+    files.append(_file(NOIMAGE_TMPFILES, tmpfiles.encode("utf-8"), MODE_CONFIG))
+    enabled_set = {u["name"] for u in spec["systemd"]["units"]}
+    unknown = sorted(enabled_set - set(units))
+    if unknown:
+        raise UsageError(f"cannot enable {', '.join(unknown)}: no such unit in the package", "--no-image")
+    unit_entries: List[Dict[str, Any]] = []
+    for unit_name in sorted(units):
+        if unit_name in NOIMAGE_SKIPPED_UNITS:
+            continue
+        entry: Dict[str, Any] = {"name": unit_name, "contents": compute_noimage_unit(unit_name, units[unit_name])}
+        if unit_name in enabled_set:
+            entry["enabled"] = True
+        unit_entries.append(entry)
+    spec["systemd"]["units"] = unit_entries
+    return mc
+
+
+def read_noimage_files(package_dir: Optional[str] = None, repo_dir: Optional[str] = None, root: str = ""
+                       ) -> Tuple[Dict[str, bytes], Dict[str, str], Dict[str, str], str]:
+    """The sources, units, hooks.d files and tmpfiles entry compute_noimage_machineconfig lays down.
+
+    The modules come from the installed package; the rest from the source tree it was installed
+    from (a clone, ``pip install -e``) when there is one, else from where the RPM puts them
+    (under ``root``).
+    """
+    import glob
+    import os
+
+    package_dir = package_dir or os.path.dirname(os.path.abspath(__file__))
+    repo_dir = repo_dir or os.path.dirname(os.path.dirname(package_dir))
+    if os.path.isdir(os.path.join(repo_dir, "rpm", "units")):
+        unit_glob = os.path.join(repo_dir, "rpm", "units", "mixed-cpus-hook*")
+        hook_glob = os.path.join(repo_dir, "hooks.d", "mixed-cpus-hook*.json")
+        tmpfiles_path = os.path.join(repo_dir, "rpm", "mixed-cpus-hook.tmpfiles")
+    else:
+        unit_glob = root + "/usr/lib/systemd/system/mixed-cpus-hook*"
+        hook_glob = root + "/usr/share/containers/oci/hooks.d/mixed-cpus-hook*.json"
+        tmpfiles_path = root + "/usr/lib/tmpfiles.d/mixed-cpus-hook.conf"
+
+    def read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read: {exc.strerror}", path) from None
+
+    sources = {m + ".py": read(os.path.join(package_dir, m + ".py")) for m in NOIMAGE_MODULES}
+    units = {os.path.basename(p): read(p).decode("utf-8") for p in sorted(glob.glob(unit_glob))}
+    hooks = {os.path.basename(p): read(p).decode("utf-8") for p in sorted(glob.glob(hook_glob))}
+    if not units or not hooks:
+        raise UsageError(f"no units or hooks.d files found ({unit_glob}, {hook_glob})", "--no-image")
+    return sources, units, hooks, read(tmpfiles_path).decode("utf-8")

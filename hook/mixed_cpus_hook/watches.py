@@ -477,9 +477,36 @@ def reconcile_container(config: Config, cid: str, reporter: Reporter, settle: fl
     return 1 if any(outcome.status == "error" for _cid, outcome in results) else EXIT_OK
 
 
+def reconcile_all(config: Config, reporter: Reporter, sync_watches: bool = False, why: Optional[str] = None,
+                  stdout: Any = None) -> int:
+    """``mixed-cpus-hook reconcile [--sync-watches] [--why TEXT]`` without click.
+
+    What the timer, configuration and start-up units run where only the standard library is
+    (RHCOS without a custom image: ``machineconfig --no-image``): every record reconciled, then
+    with ``sync_watches`` a full sync of the watch units; one line per fix on stdout, as the
+    click command prints them; the metrics updated. Exit 1 when a container failed.
+    """
+    from .engine import Outcome, read_node, reconcile
+    from .metrics import update_metrics
+
+    out = stdout or sys.stdout
+    node = read_node(config)
+    results = list(reconcile(config, reporter, reason=f"reapplied ({why})" if why else "reapplied", node=node))
+    if sync_watches:
+        report = sync(config, reporter, full=True, node=node)
+        results += [("-", Outcome("error", (line,))) for line in report.errors]
+    update_metrics(config, results, why or "manual", full=True, reporter=reporter)
+    for cid, outcome in results:
+        if outcome.status != "error":
+            out.write("".join(f"container {cid}: {line}\n" if line.startswith("/") else f"{line}\n"
+                              for line in outcome.lines))
+    return 1 if any(outcome.status == "error" for _cid, outcome in results) else EXIT_OK
+
+
 USAGE = """\
 usage: python -m mixed_cpus_hook.watches [--config PATH] [-v] reconcile ID [--settle SECONDS] [--why TEXT]
        python -m mixed_cpus_hook.watches [--config PATH] [-v] sync [--full]
+       python -m mixed_cpus_hook.watches [--config PATH] [-v] reconcile-all [--sync-watches] [--why TEXT]
 
 reconcile  reapply one tracked container (what its watch units' service runs), then re-read
            its files for SECONDS (default 0.1) and fix again what changes meanwhile; the
@@ -487,12 +514,15 @@ reconcile  reapply one tracked container (what its watch units' service runs), t
            watch units"); then queue it for one more read by the sync
 sync       start/stop the per-container watch units for the queued containers (--full: all)
            and re-check the containers queued by reconcile
+reconcile-all  `mixed-cpus-hook reconcile [--sync-watches] [--why TEXT]` without click: every
+           tracked container (what the timer, configuration and start-up units run on a node
+           without click, e.g. RHCOS without a custom image)
 """
 
 
 def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
     args: Dict[str, Any] = {"config": None, "verbose": False, "command": "", "id": None,
-                            "settle": DEFAULT_SETTLE, "full": False, "why": WATCH_WHY}
+                            "settle": DEFAULT_SETTLE, "full": False, "why": WATCH_WHY, "sync_watches": False}
     rest = list(argv)
     while rest:
         tok = rest.pop(0)
@@ -503,8 +533,10 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
             args["config"] = rest.pop(0)
         elif tok in ("-v", "--verbose") and not args["command"]:
             args["verbose"] = True
-        elif not args["command"] and tok in ("reconcile", "sync"):
+        elif not args["command"] and tok in ("reconcile", "sync", "reconcile-all"):
             args["command"] = tok
+            if tok == "reconcile-all":
+                args["why"] = None
         elif args["command"] == "reconcile" and tok == "--settle" and rest:
             try:
                 args["settle"] = float(rest.pop(0))
@@ -512,7 +544,9 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
                 raise UsageError("--settle takes a number of seconds", "command line") from None
             if not 0 <= args["settle"] <= 10:
                 raise UsageError("--settle must be between 0 and 10 seconds", "command line")
-        elif args["command"] == "reconcile" and tok == "--why" and rest:
+        elif args["command"] == "reconcile-all" and tok == "--sync-watches":
+            args["sync_watches"] = True
+        elif args["command"] in ("reconcile", "reconcile-all") and tok == "--why" and rest:
             args["why"] = rest.pop(0)
         elif args["command"] == "reconcile" and args["id"] is None and not tok.startswith("-"):
             args["id"] = tok
@@ -521,7 +555,7 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
         else:
             raise UsageError(f"unexpected argument {tok!r}", "command line")
     if not args["command"]:
-        raise UsageError("a command is required (reconcile ID, or sync)", "command line")
+        raise UsageError("a command is required (reconcile ID, sync, or reconcile-all)", "command line")
     if args["command"] == "reconcile" and not args["id"]:
         raise UsageError("reconcile needs a container id", "command line")
     return args
@@ -543,6 +577,8 @@ def main(argv: Optional[Sequence[str]] = None, reporter: Optional[Reporter] = No
         config = load_config(args["config"], environ=dict(os.environ if environ is None else environ))
         if args["command"] == "reconcile":
             return reconcile_container(config, args["id"], rep, settle=args["settle"], why=args["why"])
+        if args["command"] == "reconcile-all":
+            return reconcile_all(config, rep, sync_watches=args["sync_watches"], why=args["why"])
         report = sync(config, rep, full=args["full"])
         return 1 if report.errors else EXIT_OK
     except HookError as exc:
