@@ -413,11 +413,15 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
               help="Also lay down the code, for RHCOS without a custom image: the hook's standard-library-only "
                    "modules and executables under /usr/local, the hooks.d files in /etc/containers/oci/hooks.d, "
                    "the units in /etc/systemd/system, the configuration as JSON (no click or PyYAML on the node).")
+@click.option("--mode", type=click.Choice(["hook", "nri"]), default="hook", show_default=True,
+              help="hook: CRI-O runs the hook (hooks.d); nri: also enable CRI-O's NRI (a crio.conf.d drop-in) and "
+                   "the NRI plugin's unit (see docs/nri.md). NRI mode needs the RPM (python3-protobuf).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @click.pass_obj
 def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
-                  preset: Optional[str], allow_namespace: Tuple[str, ...], no_image: bool, output: str) -> None:
+                  preset: Optional[str], allow_namespace: Tuple[str, ...], no_image: bool, mode: str,
+                  output: str) -> None:
     """Print an OpenShift MachineConfig (Ignition 3.2) that configures the hook on a role's nodes.
 
     It writes /etc/mixed-cpus-hook/config.yaml and the shared-CPU file and enables the units;
@@ -444,6 +448,9 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
                     units = parse_preset(f.read())
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", preset) from None
+        if no_image and mode == "nri":
+            raise UsageError("NRI mode needs python3-protobuf, which RHCOS does not ship: layer the RPM into the "
+                             "image instead of --no-image", "--mode nri")
         if no_image:
             from .machineconfig import compute_noimage_machineconfig, read_noimage_files
 
@@ -453,6 +460,10 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
         else:
             mc = compute_machineconfig(role, shared_cpus, config_text=text, config_where=source or "--config",
                                        units=units, name=name, allowed_namespaces=allow_namespace)
+        if mode == "nri":
+            from .machineconfig import compute_nri_mode
+
+            mc = compute_nri_mode(mc)
     except HookError as exc:
         _fail(obj, exc)
     if not mc_allowed_namespaces(mc):

@@ -215,6 +215,37 @@ def compute_machineconfig(role: str, shared_cpus: str, config_text: Optional[str
     }
 
 
+NRI_UNIT = "mixed-cpus-hook-nri.service"
+# CRI-O reads drop-ins from /etc/crio/crio.conf.d in name order; the keys are CRI-O's
+# (internal/config/nri: enable_nri, nri_listen). On by default from CRI-O 1.30; set anyway,
+# so that an older CRI-O or a cluster-wide override does not leave the plugin unheard.
+CRIO_NRI_DROPIN = "/etc/crio/crio.conf.d/90-mixed-cpus-hook-nri.conf"
+CRIO_NRI_TEXT = (
+    "# mixed-cpus-hook NRI mode (written by its MachineConfig): CRI-O calls NRI plugins.\n"
+    "[crio.nri]\n"
+    "enable_nri = true\n"
+    'nri_listen = "/var/run/nri/nri.sock"\n'
+)
+
+
+def compute_nri_mode(mc: Dict[str, Any]) -> Dict[str, Any]:
+    """The MachineConfig ``mc`` turned to NRI mode: CRI-O's NRI enabled and the plugin's unit too.
+
+    The hook-mode units stay: their reconcile also covers the NRI plugin's records (kubelet
+    writes pod quotas directly), and the hooks.d hook does nothing for a container the plugin
+    handled. Returns a new dict.
+    """
+    import copy
+
+    out = copy.deepcopy(mc)
+    config = out["spec"]["config"]
+    config["storage"]["files"].append(_file(CRIO_NRI_DROPIN, CRIO_NRI_TEXT.encode("ascii"), MODE_CONFIG))
+    units = config["systemd"]["units"]
+    if not any(u.get("name") == NRI_UNIT for u in units):
+        units.append({"name": NRI_UNIT, "enabled": True})
+    return out
+
+
 def embedded_files(mc: Dict[str, Any]) -> Dict[str, bytes]:
     """path -> contents of every file in a MachineConfig (for tests and for a look before applying)."""
     return {f["path"]: decode_data_url(f["contents"]["source"]) for f in mc["spec"]["config"]["storage"]["files"]}

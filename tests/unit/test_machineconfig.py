@@ -316,3 +316,32 @@ def test_default_units_and_spec_match_preset() -> None:
     m = re.search(r"^%global hook_units (.+)$", SPEC.read_text(), re.M)
     assert m, "no %global hook_units in the spec"
     assert m.group(1).split() == enabled, "%hook_units in rpm/mixed-cpus-hook.spec differs from the preset"
+
+
+def test_nri_mode_enables_crio_nri_and_the_plugin(run_cli: Any, ignition_validator: Any) -> None:
+    from mixed_cpus_hook.machineconfig import CRIO_NRI_DROPIN, NRI_UNIT, compute_nri_mode
+
+    res = run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3", "--mode", "nri",
+                   "--allow-namespace", "ran"])
+    assert res.code == 0, res.err
+    mc = yaml.safe_load(res.out)
+    validate_mc(ignition_validator, mc)
+    assert mc == compute_nri_mode(compute_machineconfig("worker", "2-3", allowed_namespaces=["ran"]))
+    files = embedded_files(mc)
+    dropin = files[CRIO_NRI_DROPIN].decode()
+    try:
+        import tomllib
+    except ImportError:  # Python 3.9: RHEL 9's tomli
+        import tomli as tomllib
+    assert tomllib.loads(dropin) == {"crio": {"nri": {"enable_nri": True, "nri_listen": "/var/run/nri/nri.sock"}}}
+    units = mc["spec"]["config"]["systemd"]["units"]
+    assert {"name": NRI_UNIT, "enabled": True} in units
+    hook_units = yaml.safe_load(run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3"]).out)
+    assert NRI_UNIT not in [u["name"] for u in hook_units["spec"]["config"]["systemd"]["units"]]
+    assert units[:-1] == hook_units["spec"]["config"]["systemd"]["units"]  # the hook-mode units stay
+
+
+def test_nri_mode_without_an_image_is_refused(run_cli: Any) -> None:
+    res = run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3", "--mode", "nri", "--no-image"])
+    assert res.code == 2 and res.out == ""
+    assert "--mode nri: NRI mode needs python3-protobuf" in res.err
