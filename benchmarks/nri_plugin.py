@@ -86,22 +86,13 @@ class Bench:
         return pod, ctr
 
     def make_container_cgroup(self, cid: str) -> None:
+        from helpers import read_file, write_file  # noqa: PLC0415 (tests/integration/helpers.py)
+
         for controller in ("cpuset", "cpu"):
             os.mkdir(self.cgroup(controller, cid))
-        self.node_write(self.cgroup("cpuset", cid) + "/cpuset.mems", self.node_read(f"{CGROUP_ROOT}/cpuset{self.pod.rel}/cpuset.mems"))
-        self.node_write(self.cgroup("cpuset", cid) + "/cpuset.cpus", "1")
-        self.node_write(self.cgroup("cpu", cid) + "/cpu.cfs_quota_us", "100000")
-
-    def node_read(self, path: str) -> str:
-        return self.node.read(path)
-
-    @staticmethod
-    def node_write(path: str, text: str) -> None:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, text.encode("ascii"))
-        finally:
-            os.close(fd)
+        write_file(self.cgroup("cpuset", cid) + "/cpuset.mems", read_file(f"{CGROUP_ROOT}/cpuset{self.pod.rel}/cpuset.mems"))
+        write_file(self.cgroup("cpuset", cid) + "/cpuset.cpus", "1")
+        write_file(self.cgroup("cpu", cid) + "/cpu.cfs_quota_us", "100000")
 
     def timed(self, method: str, msg, reply_cls=None):
         t0 = time.perf_counter()
