@@ -16,8 +16,8 @@ from .cpuset import format_cpulist, parse_cpulist, require_subset
 from .errors import CgroupError, HookError, RecordError, WriteError
 from .log import Reporter
 from .oci import State, load_spec
-from .plan import (Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_quota, compute_release,
-                   describe)
+from .plan import (Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_quota, compute_quota_hint,
+                   compute_release, describe)
 from .records import (SCHEMA_VERSION, delete_record, list_records, load_record, mark_pending,
                       remove_stale_temporaries, save_record, state_lock)
 from .request import compute_request
@@ -309,8 +309,9 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
         source = _source(decision, prev)
         prev_quota = _quota_state(prev.get("quota")) if prev else None
         prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
+        hint = compute_quota_hint(prev_quota, prev_pair[0] if prev_pair else None, exclusive, observed.quota.period)
         plan = compute_plan(layout, dirs, None if pod_frozen else pod, observed, exclusive, shared, prev_quota,
-                            prev_pod_quota, len(podv.members))
+                            prev_pod_quota, len(podv.members), hint)
         if dry_run:
             return Outcome("planned" if plan.writes else "in-sync", tuple(describe(plan.writes)))
         cpuset_path = cg.cpuset_file(layout, dirs.cpuset)
@@ -833,7 +834,8 @@ def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], con
             given = Quota(prev_quota.applied if prev_quota else None, period)
         else:
             given = Quota(quota.quota, period)
-        new_quota = compute_quota(given, prev_quota, len(shared))
+        new_quota = compute_quota(given, prev_quota, len(shared),
+                                  compute_quota_hint(prev_quota, prev_pair[0], decision.cpus, period))
         record = _container_doc(cid, {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")},
                                 node.layout, cg.Dirs(rec["cgroup"]["cpuset"], rec["cgroup"]["cpu"]),
                                 None if rec.get("pod_cgroup") is None else cg.Dirs(rec["pod_cgroup"]["cpuset"],

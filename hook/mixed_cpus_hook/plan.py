@@ -128,16 +128,24 @@ def compute_exclusive(assigned: Optional[FrozenSet[int]], spec_cpus: Optional[Fr
                      "it runs on the shared pool")
 
 
-def compute_quota(current: Quota, prev: Optional[QuotaState], extra_cpus: int) -> QuotaState:
+def compute_quota(current: Quota, prev: Optional[QuotaState], extra_cpus: int,
+                  kubelet_hint: Optional[int] = None) -> QuotaState:
     """Raise a finite quota by ``extra_cpus`` CPUs' worth; unlimited stays unlimited.
 
     Idempotent: while the file holds a value we wrote, the remembered base is kept, so
     applying again never adds twice; ``ours`` of the result holds the value being replaced
     (when it is ours) and the new one, to be saved before the write.
+
+    ``kubelet_hint`` is the value kubelet itself would write now (a Guaranteed container's
+    quota is its CPU count x period; its pod's moves by the same amount): a file holding it
+    is kubelet's resize even when it equals a value we wrote (a resize by exactly the shared
+    CPUs' share), so it becomes the new base.
     """
     if current.quota is None:
         return QuotaState(None, None, current.period)
     keep = prev is not None and prev.is_ours(current.quota, current.period)
+    if keep and prev is not None and kubelet_hint is not None and current.quota == kubelet_hint != prev.base:
+        keep = False
     base = prev.base if keep and prev is not None else current.quota
     applied = base + extra_cpus * current.period
     # While the new value is being written the old one, if it is ours, stays recognisable.
@@ -145,10 +153,24 @@ def compute_quota(current: Quota, prev: Optional[QuotaState], extra_cpus: int) -
     return QuotaState(base, applied, current.period, ours)
 
 
+def compute_quota_hint(prev_quota: Optional[QuotaState], prev_exclusive: Optional[FrozenSet[int]],
+                       exclusive: FrozenSet[int], period: int) -> Optional[int]:
+    """The quota kubelet would write for ``exclusive``, when kubelet's quota follows the CPU count.
+
+    kubelet gives a Guaranteed container with integer CPUs a quota of CPUs x period (when
+    finite). When the recorded base did follow that rule and the exclusive set changed size
+    (an in-place resize), this is what kubelet wrote with it; else None (nothing to go by).
+    """
+    if (prev_quota is None or prev_quota.base is None or prev_exclusive is None
+            or len(prev_exclusive) == len(exclusive) or prev_quota.base != len(prev_exclusive) * prev_quota.period):
+        return None
+    return len(exclusive) * period
+
+
 def compute_plan(layout: Layout, dirs: Dirs, pod: Optional[Dirs], observed: Observed,
                  exclusive: FrozenSet[int], shared: FrozenSet[int],
                  prev_quota: Optional[QuotaState], prev_pod_quota: Optional[QuotaState],
-                 pod_members: int) -> Plan:
+                 pod_members: int, quota_hint: Optional[int] = None) -> Plan:
     """The ordered writes that bring the container (and its pod) to exclusive ∪ shared.
 
     Order: widen ancestors' cpusets top-down (a v1 child must fit in its parent), raise the
@@ -162,12 +184,17 @@ def compute_plan(layout: Layout, dirs: Dirs, pod: Optional[Dirs], observed: Obse
         if cpus and not desired <= cpus:
             writes.append(Write(cpuset_file(layout, d), format_cpulist(cpus), format_cpulist(cpus | desired),
                                 "ancestor cpuset widened to fit the mixed set"))
-    quota = compute_quota(observed.quota, prev_quota, n)
+    quota = compute_quota(observed.quota, prev_quota, n, quota_hint)
     pod_quota = None
     pod_first: List[Write] = []
     pod_last: List[Write] = []
     if pod is not None and observed.pod_quota is not None:
-        pod_quota = compute_quota(observed.pod_quota, prev_pod_quota, n * pod_members)
+        # kubelet resizes the pod with the container: its pod quota moved by the same amount.
+        pod_hint = None
+        if (prev_quota is not None and prev_quota.base is not None and quota.base is not None
+                and quota.base != prev_quota.base and prev_pod_quota is not None and prev_pod_quota.base is not None):
+            pod_hint = prev_pod_quota.base + quota.base - prev_quota.base
+        pod_quota = compute_quota(observed.pod_quota, prev_pod_quota, n * pod_members, pod_hint)
         if pod_quota.applied != observed.pod_quota.quota:
             w = Write(quota_file(layout, pod.cpu), format_quota(layout, observed.pod_quota),
                       format_quota(layout, Quota(pod_quota.applied, pod_quota.period)),

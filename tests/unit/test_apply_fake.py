@@ -266,6 +266,27 @@ def test_kubelet_resize_is_the_new_base(node: Any, run_hook: Callable) -> None:
     assert node.changes(before) == []
 
 
+def test_resize_by_exactly_the_shared_share_is_kubelets(node: Any, run_hook: Callable, run_cli: Callable) -> None:
+    """kubelet's new quota equals the one the hook wrote (2 -> 4 CPUs, 2 shared): still a resize.
+
+    kubelet writes a Guaranteed container's quota as its CPUs x period; the record's base follows
+    that rule, so the new cpuset's size tells kubelet's 400000 from the hook's own.
+    """
+    paths = node.add_container("abc", cpus="2-3", quota=200000, pod_quota=200000)
+    ok(apply(run_hook, node, paths))
+    assert (node.quota(paths["rel"]), node.quota(paths["pod_rel"])) == ("400000", "400000")
+    node.set_quota(paths["rel"], 400000)       # the resize to 4 CPUs: kubelet's values
+    node.set_quota(paths["pod_rel"], 400000)
+    node.write(paths["rel"], "cpuset.cpus", "2-5")
+    res = run_cli(["--config", node.config_path, "reconcile"])
+    assert res.code == 0, res.err
+    assert node.read(paths["rel"], "cpuset.cpus") == "0-5"
+    assert (node.quota(paths["rel"]), node.quota(paths["pod_rel"])) == ("600000", "600000")
+    rec = node.records("containers")["abc"]
+    assert (rec["exclusive"], rec["quota"]["base"]) == ("2-5", 400000)
+    assert node.records("pods")[os.path.basename(paths["pod_rel"])]["quota"]["base"] == 400000
+
+
 def test_release_gives_back_the_pod_share(node: Any, run_hook: Callable) -> None:
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     ok(apply(run_hook, node, paths))

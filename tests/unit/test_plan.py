@@ -19,6 +19,7 @@ from mixed_cpus_hook.plan import (
     compute_exclusive,
     compute_plan,
     compute_quota,
+    compute_quota_hint,
     compute_release,
     describe,
 )
@@ -133,6 +134,31 @@ QUOTAS = [
     pytest.param(Quota(1200000, P), Q(1000000, 1000000, P, 1200000, 1000000), 0, Q(1000000, 1000000, P, 1200000, 1000000),
                  id="release-killed-before-its-write"),
 ]
+
+
+@pytest.mark.parametrize("current,prev,extra,hint,expected", [
+    # A resize by exactly the shared share: kubelet's new quota is the value we wrote. The hint (what
+    # kubelet writes for the container's new CPU count) tells it apart.
+    pytest.param(Quota(200000, P), Q(100000, 200000), 1, 200000, Q(200000, 300000), id="resize-onto-our-value"),
+    pytest.param(Quota(200000, P), Q(100000, 200000), 1, None, Q(100000, 200000), id="no-hint-is-ours"),
+    pytest.param(Quota(200000, P), Q(100000, 200000), 1, 300000, Q(100000, 200000), id="hint-elsewhere-is-ours"),
+    pytest.param(Quota(100000, P), Q(100000, 200000), 1, 100000, Q(100000, 200000), id="hint-equal-to-base"),
+])
+def test_compute_quota_with_kubelets_hint(current: Quota, prev: QuotaState, extra: int, hint: Optional[int],
+                                          expected: QuotaState) -> None:
+    assert compute_quota(current, prev, extra, hint) == expected
+
+
+@pytest.mark.parametrize("prev,prev_excl,excl,expected", [
+    pytest.param(Q(100000, 200000), "1", "1-2", 200000, id="one-more-cpu"),
+    pytest.param(Q(100000, 200000), "1", "2", None, id="same-count"),
+    pytest.param(Q(150000, 250000), "1", "1-2", None, id="base-not-per-cpu"),
+    pytest.param(Q(None, None), "1", "1-2", None, id="unlimited"),
+    pytest.param(None, None, "1-2", None, id="first-apply"),
+])
+def test_compute_quota_hint(prev: Optional[QuotaState], prev_excl: Optional[str], excl: str,
+                            expected: Optional[int]) -> None:
+    assert compute_quota_hint(prev, c(prev_excl) if prev_excl else None, c(excl), P) == expected
 
 
 @pytest.mark.parametrize("current,prev,extra,expected", QUOTAS)
