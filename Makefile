@@ -103,6 +103,7 @@ UNITS := $(sort $(wildcard rpm/units/*.service rpm/units/*.path rpm/units/*.time
 DOC_FILES := $(wildcard README.md docs/openshift.md)
 MANDIR ?= $(DATADIR)/man
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
 SCHEMAS := $(sort $(wildcard schemas/*.json))
 STAGE := build/install-stage
 
@@ -152,9 +153,10 @@ install:
 	$(INSTALL) -m 644 rpm/$(NAME).tmpfiles $(DESTDIR)$(TMPFILESDIR)/$(NAME).conf
 	$(INSTALL) -m 644 $(DOC_FILES) rpm/config.yaml $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 LICENSE $(DESTDIR)$(LICENSEDIR)/
-	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR)
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	$(INSTALL) -m 644 docs/$(NAME).8 $(DESTDIR)$(MANDIR)/man8/$(NAME).8
 	$(INSTALL) -m 644 completion/$(NAME).bash $(DESTDIR)$(BASHCOMPDIR)/$(NAME)
+	$(INSTALL) -m 644 completion/_$(NAME) $(DESTDIR)$(ZSHCOMPDIR)/_$(NAME)
 	for f in hooks.d/*.json; do \
 	    sed 's#"/usr/bin/$(NAME)"#"$(BINDIR)/$(NAME)"#' $$f > $(STAGE)/hook.json && \
 	    $(INSTALL) -m 644 $(STAGE)/hook.json $(DESTDIR)$(HOOKSDIR)/.$$(basename $$f).tmp && \

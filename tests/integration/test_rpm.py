@@ -131,7 +131,8 @@ def expected_files() -> Set[str]:
     return ({f"/usr/bin/{NAME}", f"/etc/{NAME}/config.yaml", f"{HOOKSDIR}/{NAME}.json",
              f"{HOOKSDIR}/{NAME}-release.json", f"/usr/lib/systemd/system-preset/90-{NAME}.preset",
              f"/usr/lib/tmpfiles.d/{NAME}.conf", f"/usr/share/licenses/{NAME}/LICENSE",
-             f"/usr/share/doc/{NAME}/config.yaml", MANPAGE, f"/usr/share/bash-completion/completions/{NAME}"}
+             f"/usr/share/doc/{NAME}/config.yaml", MANPAGE, f"/usr/share/bash-completion/completions/{NAME}",
+             f"/usr/share/zsh/site-functions/_{NAME}"}
             | {f"/usr/lib/systemd/system/{u}" for u in units}
             | {f"/usr/share/{NAME}/{p.name}" for p in (REPO / "schemas").glob("*.json")}
             | {f"{SITELIB}/mixed_cpus_hook/{m}" for m in modules}
