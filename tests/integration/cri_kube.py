@@ -80,7 +80,6 @@ class Kube:
         self.v2 = cgroup_v2()
         self.exec_timeout = 20
         os.makedirs(log_dir, exist_ok=True)
-        self.made: List[str] = []
 
     @property
     def cri(self):
@@ -101,8 +100,7 @@ class Kube:
             for part in rel.strip("/").split("/"):
                 parent, cur = cur, f"{cur}/{part}"
                 if not os.path.isdir(cur):
-                    os.mkdir(cur)
-                    self.made.append(cur)
+                    os.mkdir(cur)  # removed with the whole top by the caller (conftest.Node.cleanup)
                 if self.v2:
                     write_file(f"{cur}/cgroup.subtree_control", "+cpuset +cpu")
                 elif controller == "cpuset":
