@@ -435,7 +435,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "cgroup": read_cgroup_facts(config),
         "mode": read_mode_facts(paths),
         "namespaces": {"allowed": list(config.allowed_namespaces), "source": config.source},
-        "thread_affinity": read_affinity_facts(config),
+        "thread_affinity": read_affinity_facts(config, save=config_facts["error"] is None),
     }
 
 
@@ -835,10 +835,11 @@ def _namespace_findings(facts: Dict[str, Any]) -> List[Finding]:
     return [Finding("allowed-namespaces", OK, f"{', '.join(allowed)} (from {where})")]
 
 
-def read_affinity_facts(config: Config) -> Optional[Dict[str, Any]]:
+def read_affinity_facts(config: Config, save: bool = True) -> Optional[Dict[str, Any]]:
     """The thread-affinity probe on the real cgroup file system (None on a fake node: nothing mounted there).
 
-    Its verdict is also left in ``<state_dir>/thread-affinity`` for the engine (status' "pins may be lost").
+    Its verdict is also left in ``<state_dir>/thread-affinity`` for the engine (status' "pins may be lost"),
+    unless ``save`` is false: with a configuration that does not load, the state dir is not known.
     """
     from .affinity import CANNOT_TELL, probe
 
@@ -846,7 +847,7 @@ def read_affinity_facts(config: Config) -> Optional[Dict[str, Any]]:
     if not _is_cgroup_mount(root):
         return None
     result = probe(root)
-    if result.verdict != CANNOT_TELL:
+    if result.verdict != CANNOT_TELL and save:
         _save_verdict(config.state_dir, result.verdict)
     return dict(result._asdict())
 
