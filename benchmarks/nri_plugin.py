@@ -156,8 +156,10 @@ def main(argv=None) -> int:
     sys.path.insert(0, INTEGRATION)
     conftest = load("mch_bench_conftest", os.path.join(INTEGRATION, "conftest.py"))
     node = conftest.Node()
-    with open(node.config_path, "a", encoding="utf-8") as f:
-        f.write(f"allowed_namespaces: [ran]\nkubelet_state_file: {node.tmp}/none/cpu_manager_state\n")
+    node.config_path = os.path.join(node.tmp, "nri-config.yaml")
+    with open(node.config_path, "w", encoding="utf-8") as f:
+        f.write(f'shared_cpus: "0"\nstate_dir: {node.state_dir}\nallowed_namespaces: [ran]\n'
+                f"kubelet_state_file: {node.tmp}/none/cpu_manager_state\n")
     pod = node.make_pod(quota=200000)
     problems, out = [], {}
     try:

@@ -54,9 +54,11 @@ def nri_mode(n: int, gap: float, warmup: int) -> dict:
         ctd.start()
         ctd.import_images()
         kube = Kube(ctd, node.top, os.path.join(node.tmp, "pod-logs"))
-        with open(node.config_path, "a", encoding="utf-8") as f:
-            f.write(f"allowed_namespaces: [mixed-ns]\nkubelet_state_file: {node.tmp}/none/cpu_manager_state\n")
-        plugin = Plugin(node.config_path, ctd.nri_sock, os.path.join(node.tmp, "plugin.log"), ctd,
+        config = os.path.join(node.tmp, "nri-config.yaml")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(f'shared_cpus: "{SHARED}"\nstate_dir: {node.state_dir}\nallowed_namespaces: [mixed-ns]\n'
+                    f"kubelet_state_file: {node.tmp}/none/cpu_manager_state\n")
+        plugin = Plugin(config, ctd.nri_sock, os.path.join(node.tmp, "plugin.log"), ctd,
                         env={"MIXED_CPUS_HOOK_CACHE_DIR": node.cache_dir})
         plugin.start()
         pod = kube.pod()
