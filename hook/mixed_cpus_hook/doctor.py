@@ -128,7 +128,7 @@ def _toml_module() -> Any:
     """The TOML reader: tomllib (Python 3.11+), else tomli (RHEL 9: python3-tomli), else toml
     (RHEL 9: python3-toml 0.10.2). Each raises a ValueError subclass for bad input."""
     try:
-        import tomllib as mod  # type: ignore[import-not-found]
+        import tomllib as mod  # type: ignore[import-not-found]  # novermin (guarded: 3.11+)
     except ImportError:
         try:
             import tomli as mod  # type: ignore[no-redef]
