@@ -179,7 +179,8 @@ class ReapplyNode:
         python = sys.executable
         self.units = unit_files()
         etc = {f"/etc/systemd/system/{name}": render_unit(text, exe, python) for name, text in self.units.items()}
-        etc["/etc/mixed-cpus-hook/config.yaml"] = "# tests/integration/test_reapply_systemd.py: all defaults\n"
+        etc["/etc/mixed-cpus-hook/config.yaml"] = ("# tests/integration/test_reapply_systemd.py: defaults, and the pods' namespace\n"
+                                                  "allowed_namespaces: [it-ns]\n")
         etc["/etc/mixed-cpus-hook/shared-cpus"] = f"# the node's shared CPUs\n{SHARED}\n"
         self.sd = systemd_ns.SystemdNamespace(node.tmp, etc_files=etc, poweroff_timeout=5)
         self.runc: Any = None
