@@ -84,9 +84,11 @@ def render_unit(text: str, exe: str, python: str) -> str:
 
 
 def enabled_units(units: Dict[str, str]) -> List[str]:
-    """Non-template units with an [Install] section: what the RPM's preset enables."""
-    return sorted(n for n, text in units.items()
-                  if "@." not in n and any(line.strip() == "[Install]" for line in text.splitlines()))
+    """What the RPM's preset (rpm/90-mixed-cpus-hook.preset) enables among ``units``: NRI mode is opt-in."""
+    from mixed_cpus_hook.machineconfig import parse_preset
+
+    preset = parse_preset((REPO / "rpm" / "90-mixed-cpus-hook.preset").read_text(encoding="utf-8"))
+    return sorted(n for n in units if n in preset)
 
 
 def procs_in_pidns(ns_inode: str) -> List[int]:
@@ -367,6 +369,7 @@ def test_units_installed_as_the_rpm_would(reapply_node: ReapplyNode) -> None:
     enabled = enabled_units(rn.units)
     assert enabled == ["mixed-cpus-hook-config.path", "mixed-cpus-hook-reconcile.timer",
                        "mixed-cpus-hook-sync.path", "mixed-cpus-hook.service"]
+    assert rn.sd.systemctl("is-enabled", "mixed-cpus-hook-nri.service").stdout.strip() == "disabled"
     for unit in enabled:
         assert rn.sd.systemctl("is-enabled", unit).stdout.strip() == "enabled"
         assert rn.active(unit) == "active", unit

@@ -47,14 +47,16 @@ def compute_facts(pod: "api.PodSandbox", container: "api.Container") -> "engine.
 
 
 def parse_cpu(resources: "api.LinuxResources", where: str) -> Tuple[FrozenSet[int], Optional[Quota], int]:
-    """(cpus, quota, period) of NRI resources: empty cpus when unset; quota None when absent.
+    """(cpus, quota, period) of NRI resources: empty cpus when unset; quota None when not given.
 
-    A quota of 0 (unset) or below (-1: unlimited) is Quota(None, period).
+    containerd passes a CRI update's quota even when kubelet left it out (the CPU manager sends
+    only the cpuset): 0 then, which means "not in the update", never "unlimited". A negative
+    quota (-1) is unlimited: Quota(None, period).
     """
     cpu = resources.cpu
     cpus = parse_cpulist(cpu.cpus, f"{where}.cpus") if cpu.cpus.strip() else frozenset()
     period = cpu.period.value if cpu.HasField("period") else 0
-    if not cpu.HasField("quota"):
+    if not cpu.HasField("quota") or cpu.quota.value == 0:
         return cpus, None, period
     value = cpu.quota.value
     return cpus, Quota(value if value > 0 else None, period), period
