@@ -505,12 +505,7 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
     if own is not None and own_quota is not None and os.path.isdir(own.cpu):
         # NRI's StopContainer: the container still runs. Lower its quota to kubelet's first:
         # cgroup v1 refuses a pod quota below a child's.
-        current = cg.read_quota(layout, own.cpu)
-        if own_quota.is_ours(current.quota, current.period) and current.quota != own_quota.base:
-            w = Write(cg.quota_file(layout, own.cpu), cg.format_quota(layout, current),
-                      cg.format_quota(layout, Quota(own_quota.base, current.period)), "quota: back to kubelet's base")
-            cg.write_text(w.path, w.new)
-            lines.extend(describe((w,)))
+        lines.extend(describe(_lower_to_base(layout, own.cpu, own_quota, "quota: back to kubelet's base")))
     pod_key = rec.get("pod_key")
     if pod_key:
         pod_rec = load_record(config.state_dir, "pods", pod_key)
@@ -549,6 +544,17 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
     return Outcome("released", tuple(lines))
 
 
+def _lower_to_base(layout: cg.Layout, cpu_dir: str, q: QuotaState, why: str) -> Tuple[Write, ...]:
+    """Put a quota this product raised back at kubelet's base (nothing when the file holds another's value)."""
+    current = cg.read_quota(layout, cpu_dir)
+    if not q.is_ours(current.quota, current.period) or current.quota == q.base:
+        return ()
+    w = Write(cg.quota_file(layout, cpu_dir), cg.format_quota(layout, current),
+              cg.format_quota(layout, Quota(q.base, current.period)), why)
+    cg.write_text(w.path, w.new)
+    return (w,)
+
+
 def prune_pod(config: Config, layout: cg.Layout, key: str, reporter: Reporter) -> None:
     """Drop the members of a pod record that have no container record (an apply killed between
     saving the two); a pod left with none gets its quota back at its base and is forgotten.
@@ -565,12 +571,8 @@ def prune_pod(config: Config, layout: cg.Layout, key: str, reporter: Reporter) -
     pod = _dirs(rec.get("cgroup"), layout, f"pod record {key}")
     q = _quota_state(rec.get("quota"))
     if pod is not None and q is not None and os.path.isdir(pod.cpu):
-        current = cg.read_quota(layout, pod.cpu)
-        if q.is_ours(current.quota, current.period) and current.quota != q.base:
-            w = Write(cg.quota_file(layout, pod.cpu), cg.format_quota(layout, current),
-                      cg.format_quota(layout, Quota(q.base, current.period)), "pod quota: back to its base")
-            cg.write_text(w.path, w.new)
-            reporter.emit("info", f"pod {key}: no tracked container left: {describe((w,))[0]}", to_stream=False)
+        for line in describe(_lower_to_base(layout, pod.cpu, q, "pod quota: back to its base")):
+            reporter.emit("info", f"pod {key}: no tracked container left: {line}", to_stream=False)
     delete_record(config.state_dir, "pods", key)
 
 
