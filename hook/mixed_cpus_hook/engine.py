@@ -130,6 +130,19 @@ def _assigned(node: NodeView, pod_uid: str, container: str, cid: str) -> Optiona
     if cpus is not None and node.online:
         require_subset(cpus, node.online, f"kubelet checkpoint entry {pod_uid}/{container} (offline CPUs)",
                        node.checkpoint.where)
+    if cpus:  # kubelet never gives one CPU to two containers: such a file is not kubelet's truth
+        ckpt = node.checkpoint
+        owners = [f"entries.{u}.{n}" for u, per in sorted(ckpt.entries.items()) for n, c in sorted(per.items())
+                  if c & cpus and (u, n) != (pod_uid, container)]
+        owners += [f"entries.{i}" for i, c in sorted(ckpt.by_container_id.items()) if c & cpus and i != cid]
+        if owners:
+            from .errors import KubeletStateError
+            from .kubelet import compute_others
+
+            raise KubeletStateError(
+                f"assigns {format_cpulist(cpus)} to this container, but CPUs "
+                f"{format_cpulist(cpus & compute_others(ckpt, pod_uid, container, cid))} also to "
+                f"{', '.join(owners)}: kubelet never does, not used", ckpt.where)
     return cpus
 
 
