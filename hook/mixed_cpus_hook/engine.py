@@ -316,7 +316,7 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
             if not dry_run and decision.cpus is not None:
                 reporter.emit("warning", f"container {cid}: {decision.note}", to_stream=False)
         if decision.cpus is None:
-            return Outcome(decision.kind, (f"container {cid} {'has no exclusive CPUs: ' if decision.kind == 'not-applicable' else ''}"
+            return Outcome(decision.kind, (f"container {cid}{' has no exclusive CPUs: ' if decision.kind == 'not-applicable' else ': '}"
                                            f"{decision.note}",))
         exclusive = decision.cpus
         source = _source(decision, prev)

@@ -277,7 +277,7 @@ def test_without_a_checkpoint_todays_behaviour(truth: Truth, written: str, after
     assert bool(errors(res)) is conflict, res.syslog
     if conflict:
         assert truth.node.changes(before) == []
-        assert errors(res) == [f"container abc cpuset {written} holds shared CPUs but is not the recorded mixed set "
+        assert errors(res) == [f"container abc: cpuset {written} holds shared CPUs but is not the recorded mixed set "
                                "0-3: kubelet's shared pool or a foreign write, not adopted, nothing written"]
         res = truth.cli("status", "--json")
         assert res.code == EXIT_DRIFT

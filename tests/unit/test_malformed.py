@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import pytest
 
 PREFIX = "mixed-cpus.openshift.io"
+POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"  # FakeNode.add_container's default
+OTHER_UID = "99999999-aaaa-bbbb-cccc-123456789abc"
 
 
 class Case:
@@ -96,6 +98,18 @@ class Case:
             os.unlink(path)
         return self
 
+    def checkpoint(self, mine: Optional[str], **others: str) -> "Case":
+        """kubelet's checkpoint (V2, kubelet's checksum) giving this container ``mine``, other pods' ``others``."""
+        entries: Dict[str, Dict[str, str]] = {POD_UID: {"app": mine}} if mine is not None else {}
+        for name, cpus in others.items():
+            entries.setdefault(OTHER_UID, {})[name] = cpus
+        self.node.write_checkpoint(entries)
+        return self
+
+    def kubelet_state(self, text: str) -> "Case":
+        self.node.write_kubelet_state(text)
+        return self
+
     def container_dirs(self) -> List[str]:
         n = self.node
         if n.version == 1:
@@ -143,7 +157,8 @@ class Case:
                 "cgroup_root": os.path.realpath(n.cgroup_root), "proc_root": n.proc_root, "sys_root": n.sys_root,
                 "state_dir": n.state_dir, "root": n.root, "outside": self.outside, "rel": self.paths["rel"],
                 "dir": self.container_dirs()[0], "cpu_dir": self.container_dirs()[-1],
-                "pod_quota_file": os.path.join(os.path.realpath(n.path(self.paths["pod_rel"], "")), n.quota_name())}
+                "pod_quota_file": os.path.join(os.path.realpath(n.path(self.paths["pod_rel"], "")), n.quota_name()),
+                "kubelet_state": n.kubelet_state}
 
 
 class Row(NamedTuple):
@@ -294,6 +309,14 @@ ROWS: Dict[str, Row] = {
                                                                                          c.node.quota_name())),
                                             "write refused: {pod_quota_file}: is a symbolic link (to {outside}/"
                                             "target); a cgroup file never is: refusing to write through it"),
+    # issue 9: kubelet's checkpoint names this container's CPUs, and they cannot be used
+    "checkpoint-entry-offline": Row("node", lambda c: c.checkpoint("4-5"),
+                                    "invalid cpulist: {kubelet_state}: kubelet checkpoint entry " + POD_UID +
+                                    "/app (offline CPUs) 4-5 not in 0-3"),
+    "checkpoint-entry-also-anothers": Row("node", lambda c: c.checkpoint("2-3", other="3"),
+                                          "invalid kubelet state: {kubelet_state}: assigns 2-3 to this container, but"
+                                          " CPUs 3 also to entries." + OTHER_UID + ".other: kubelet never does, not"
+                                          " used"),
 }
 
 # -- hostile shapes and sizes (issue 10): deep nesting, special files, caps, long ids, odd names -----
@@ -453,3 +476,91 @@ def test_the_longest_id_fits_the_state_directory(fake_node: Callable[..., Any], 
         result = run_hook(["--config", node.config_path, command, "--state", paths["state"]])
         assert result.code == 0 and result.err == "", result.err
         assert list(node.records("containers")) == ([cid] if command == "apply" else [])
+
+
+# -- kubelet's checkpoint: bad input that apply survives (issue 9) ---------------------------------
+# kubelet writes its checkpoint atomically, so a file that is not one of kubelet's (corrupt,
+# another shape, a checksum that does not match, not a regular file, another policy) is refused
+# for the run with a warning naming the file, and the container is applied as without it
+# (config.json's cpus): failing container starts for a file the hook only reads would stop the
+# node. A checkpoint entry on the shared CPUs is a conflict (nothing written); a cpuset widened
+# by a foreign writer is shrunk back to the entry ∪ shared. All exit 0 under both policies: the
+# container is in the state it must be in, there is nothing a failure would make safer.
+
+class WarnRow(NamedTuple):
+    build: Callable[[Case], Any]
+    expect: str  # the whole warning, with {placeholders} from Case.where()
+    on_stderr: bool  # also on stderr (the run's own note), or only in the journal (the decision's)
+    cpuset: Optional[str]  # the container's cpuset afterwards; None: nothing written at all
+    source: str = "spec"  # the record's exclusive_source
+    written_over: str = "2-3"  # the cpuset the hook found
+
+
+REFUSED = "kubelet checkpoint refused, using the records and cgroups instead: {kubelet_state}: "
+
+WARN_ROWS: Dict[str, WarnRow] = {
+    "checkpoint-not-json": WarnRow(lambda c: c.kubelet_state('{"policyName": "static", "defaultCpuSet": "0-'),
+                                   REFUSED + "not valid JSON (Unterminated string starting at: line 1 column 43 (char"
+                                   " 42))", True, "0-3"),
+    "checkpoint-empty": WarnRow(lambda c: c.kubelet_state(""),
+                                REFUSED + "not valid JSON (Expecting value: line 1 column 1 (char 0))", True, "0-3"),
+    "checkpoint-foreign-shape": WarnRow(lambda c: c.kubelet_state('{"apiVersion": "v1", "kind": "Pod"}'),
+                                        REFUSED + "field 'policyName' is missing (not a CPU manager checkpoint)", True,
+                                        "0-3"),
+    "checkpoint-array": WarnRow(lambda c: c.kubelet_state("[]"), REFUSED + "must be a JSON object, not an array", True,
+                                "0-3"),
+    "checkpoint-entries-not-an-object": WarnRow(
+        lambda c: c.kubelet_state('{"policyName": "static", "defaultCpuSet": "0-1", "entries": ["2-3"]}'),
+        REFUSED + "field 'entries' must be an object, not an array", True, "0-3"),
+    "checkpoint-entry-not-a-cpulist": WarnRow(
+        lambda c: c.kubelet_state('{"policyName": "static", "defaultCpuSet": "0-1", "entries": {"' + POD_UID +
+                                  '": {"app": "two"}}}'),
+        REFUSED + "field 'entries." + POD_UID + ".app': 'two' is not a cpulist", True, "0-3"),
+    "checkpoint-checksum-mismatch": WarnRow(
+        lambda c: c.node.write_checkpoint({POD_UID: {"app": "2"}}, checksum=12345),
+        REFUSED + "field 'checksum': 12345 does not match the content (", True, "0-3"),
+    "checkpoint-fifo": WarnRow(lambda c: [os.makedirs(os.path.dirname(c.node.kubelet_state), exist_ok=True),
+                                          _fifo(c.node.kubelet_state)],
+                               REFUSED + "not kubelet's CPU manager state: not a regular file (a FIFO)", True, "0-3"),
+    "checkpoint-symlink": WarnRow(lambda c: [c.checkpoint("2"), os.rename(c.node.kubelet_state, c.outside),
+                                             os.symlink(c.outside, c.node.kubelet_state)],
+                                  REFUSED + "is a symbolic link; kubelet writes a regular file", True, "0-3"),
+    "checkpoint-policy-none": WarnRow(lambda c: c.node.write_checkpoint({}, policy="none"),
+                                      "kubelet checkpoint {kubelet_state}: policy 'none', not 'static': not used", True,
+                                      "0-3"),
+    "checkpoint-entry-on-the-shared-cpus": WarnRow(
+        lambda c: c.checkpoint("1-2"), "container abc: kubelet's checkpoint assigns 1-2, which overlaps the shared CPUs"
+        " 0-1 (are they in kubelet's reservedSystemCPUs?)", True, None),
+    # config.json and the checkpoint say 3; someone widened the cgroup to 2-3 before the hook ran
+    "cpuset-widened-by-a-foreign-writer": WarnRow(
+        lambda c: [c.cpu(cpus="3"), c.node.write(c.paths["rel"], "cpuset.cpus", "2-3"), c.checkpoint("3")],
+        "container abc: cgroup held 2-3: CPUs 2 are not this container's in kubelet's checkpoint, refused", False,
+        "0-1,3", "kubelet-checkpoint", "2-3"),
+}
+
+
+@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+@pytest.mark.parametrize("policy", ["fail", "ignore"])
+@pytest.mark.parametrize("row", list(WARN_ROWS.values()), ids=list(WARN_ROWS))
+def test_kubelet_checkpoint_apply_survives(fake_node: Callable[..., Any], run_hook: Callable[..., Any], row: WarnRow,
+                                           version: int, policy: str) -> None:
+    node = fake_node(version=version)
+    case = Case(node, policy)
+    row.build(case)
+    case.prepare()
+    before = node.freeze()
+
+    result = run_hook(case.argv(), stdin=case.stdin_text())
+
+    assert result.code == 0, result.err
+    message = row.expect.format(**case.where())
+    warned = [m for p, m in result.syslog if p == syslog.LOG_WARNING]
+    assert len(warned) == 1 and warned[0].startswith(message), result.syslog
+    assert not [m for p, m in result.syslog if p == syslog.LOG_ERR]
+    assert result.err_lines == ([f"mixed-cpus-hook: warning: {warned[0]}"] if row.on_stderr else []), result.err
+    if row.cpuset is None:
+        assert node.changes(before) == []
+        return
+    assert node.read(case.paths["rel"], "cpuset.cpus") == row.cpuset
+    assert f"cpuset.cpus: {row.written_over} -> {row.cpuset} " in result.out
+    assert node.records("containers")["abc"]["exclusive_source"] == row.source
