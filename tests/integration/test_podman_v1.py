@@ -24,6 +24,7 @@ MIXED = "0-1"
 
 def asking(container: str = "app", value: str = "enable") -> list:
     return ["--annotation", f"io.kubernetes.container.name={container}",
+            "--annotation", "io.kubernetes.pod.namespace=it-ns",  # namespaces are opt-in (allowed_namespaces)
             "--annotation", f"{PREFIX}/{container}={value}",
             "--cpuset-cpus", "1", "--cpus", "1"]
 

@@ -247,11 +247,12 @@ def assert_mixed(runtime: str, step: dict, cid: str, cgroup: str, pod_key: str) 
         f"{name}: record\n{show(rec)}")
     assert rec["cgroup"] == {"cpuset": cgroup, "cpu": cgroup}, f"{name}: record\n{show(rec)}"
     assert rec["pod_key"] == pod_key, f"{name}: record\n{show(rec)}"
-    assert rec["quota"] == {"base": QUOTA, "applied": RAISED, "period": PERIOD}, f"{name}: record\n{show(rec)}"
+    assert rec["quota"] == {"base": QUOTA, "applied": RAISED, "period": PERIOD, "ours": [RAISED]}, (
+        f"{name}: record\n{show(rec)}")
     assert (rec["namespace"], rec["container"]) == ("vm-ns", "du"), f"{name}: record\n{show(rec)}"
     prec = recs["pods"][pod_key]
     assert prec["members"] == [cid], f"{name}: pod record\n{show(prec)}"
-    assert prec["quota"] == {"base": POD_QUOTA, "applied": POD_RAISED, "period": PERIOD}, (
+    assert prec["quota"] == {"base": POD_QUOTA, "applied": POD_RAISED, "period": PERIOD, "ours": [POD_RAISED]}, (
         f"{name}: pod record\n{show(prec)}")
 
 
