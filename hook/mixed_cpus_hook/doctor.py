@@ -436,6 +436,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "mode": read_mode_facts(paths),
         "namespaces": {"allowed": list(config.allowed_namespaces), "source": config.source},
         "thread_affinity": read_affinity_facts(config, save=config_facts["error"] is None),
+        "exclusive_source": read_exclusive_source_facts(config, config_facts["error"] is None),
     }
 
 
@@ -593,6 +594,59 @@ def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Opti
         out.append(Finding("cpu-manager-state", OK,
                            f"{where}: no exclusive assignment overlaps the shared CPUs ({count} assignment(s))"
                            if shared is not None else f"{where}: {count} assignment(s); shared CPUs unknown"))
+    return out
+
+
+def read_exclusive_source_facts(config: Config, config_ok: bool) -> Optional[Dict[str, Any]]:
+    """kubelet's checkpoint as the engine reads it (``kubelet_state_file``): used, absent, or refused and why."""
+    from .kubelet import load_checkpoint
+
+    if not config_ok:
+        return None
+    path = config.kubelet_state_file
+    facts: Dict[str, Any] = {"path": path, "exists": os.path.lexists(path), "error": None, "policy": None,
+                             "verified": False, "entries": 0}
+    try:
+        ckpt = load_checkpoint(path)
+    except HookError as exc:
+        facts["error"] = exc.message
+        return facts
+    if ckpt is not None:
+        facts.update(policy=ckpt.policy, verified=ckpt.checksum_verified,
+                     entries=sum(len(v) for v in ckpt.entries.values()) + len(ckpt.by_container_id))
+    return facts
+
+
+def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """Which source of truth the engine uses for a container's exclusive CPUs, and why."""
+    src = facts.get("exclusive_source")
+    if not src:
+        return []
+    path, fallback = src["path"], "config.json's cpus at start, then the records and cgroups"
+    out: List[Finding] = []
+    if src["error"]:
+        out.append(Finding("exclusive-source", WARNING,
+                           f"kubelet's checkpoint {path} is refused ({src['error']}): using {fallback}",
+                           "kubelet writes it atomically, so kubelet did not write this: if kubelet runs here, "
+                           + DRAIN_AND_RESET.format(state=path) + "; else point kubelet_state_file at its file"))
+    elif not src["exists"]:
+        out.append(Finding("exclusive-source", OK,
+                           f"no kubelet checkpoint at {path} (kubelet_state_file): using {fallback}; a cpuset holding "
+                           "shared CPUs is never taken as exclusive"))
+    elif src["policy"] != "static":
+        out.append(Finding("exclusive-source", WARNING,
+                           f"kubelet's checkpoint {path} is of policy {src['policy']!r}, not 'static': not used; "
+                           f"using {fallback}", "set kubelet's cpuManagerPolicy to static"))
+    else:
+        checksum = "checksum verified" if src["verified"] else "checksum not verified (0, or the newest format)"
+        out.append(Finding("exclusive-source", OK,
+                           f"kubelet's checkpoint {path} (policy static, {checksum}, {src['entries']} entr"
+                           f"{'y' if src['entries'] == 1 else 'ies'}): the truth for exclusive CPUs"))
+    state = (facts.get("kubelet") or {}).get("state_path")
+    if state and os.path.realpath(state) != os.path.realpath(path) and os.path.exists(state):
+        out.append(Finding("exclusive-source", WARNING,
+                           f"kubelet's CPU manager state is {state} ({facts['kubelet']['state_source']}), but the hook "
+                           f"reads {path}", f"set kubelet_state_file: {state} in the configuration"))
     return out
 
 
@@ -811,6 +865,7 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     cpu, shared = _cpu_findings(facts)
     out += cpu
     out += _kubelet_findings(facts, shared)
+    out += _exclusive_source_findings(facts)
     out += _hooks_findings(facts)
     out += _mode_findings(facts, shared)
     out += _unit_findings(facts)

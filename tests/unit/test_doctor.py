@@ -102,8 +102,7 @@ class DoctorNode:
 
     def write_state(self, entries: Optional[Dict[str, Dict[str, str]]] = None, policy: str = "static") -> None:
         entries = {"0f1e2d3c-aaaa-bbbb-cccc-123456789abc": {"app": "4-5"}} if entries is None else entries
-        self.kubelet_state.write_text(json.dumps({"policyName": policy, "defaultCpuSet": "0-3,6-7",
-                                                  "entries": entries, "checksum": 12345}))
+        self.node.write_checkpoint(entries, default="0-3,6-7", policy=policy, path=str(self.kubelet_state))
 
     def install_hooks(self, exe: Optional[str] = None) -> None:
         for src in sorted(HOOKS_D.glob("*.json")):
@@ -173,7 +172,7 @@ def test_healthy_node(dnode: DoctorNode) -> None:
     assert [f for f in findings if f.status != OK] == []
     checks = [f.check for f in findings]
     assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
-                       "cpu-manager-state", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
+                       "cpu-manager-state", "exclusive-source", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
                       + [f"unit:{u}" for u in UNITS] + ["cgroup", "allowed-namespaces"])
     assert all(f.fix == "" for f in findings)
     assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")

@@ -446,3 +446,54 @@ def test_gone_cgroup_never_shows_none(admin: Admin, run_cli: Callable[..., Any])
     assert row["problem"] == "cgroup gone (reconcile will forget it)"
     assert all(v is not None for v in row.values())
 
+
+
+# -- check: which source of truth is in use ---------------------------------------------------------
+
+def _none(node: Any) -> None:
+    node.write_checkpoint({}, policy="none")
+
+
+@pytest.mark.parametrize("build,status,message", [
+    pytest.param(lambda n: n.write_checkpoint({POD: {"app": "2-3"}}), "ok",
+                 "kubelet's checkpoint {path} (policy static, checksum verified, 1 entry): the truth for exclusive CPUs",
+                 id="checkpoint-used"),
+    pytest.param(lambda n: n.write_checkpoint({CID: "2-3", "xyz": "4"}, checksum=0), "ok",
+                 "kubelet's checkpoint {path} (policy static, checksum not verified (0, or the newest format), 2 "
+                 "entries)", id="checkpoint-v1-without-checksum"),
+    pytest.param(lambda n: None, "ok", "no kubelet checkpoint at {path} (kubelet_state_file): using config.json's cpus "
+                 "at start, then the records and cgroups", id="no-checkpoint"),
+    pytest.param(lambda n: n.write_kubelet_state("{"), "warning",
+                 "kubelet's checkpoint {path} is refused (not valid JSON (", id="corrupt"),
+    pytest.param(lambda n: n.write_checkpoint({POD: {"app": "2-3"}}, checksum=7), "warning",
+                 "kubelet's checkpoint {path} is refused (field 'checksum': 7 does not match the content", id="checksum"),
+    pytest.param(_none, "warning", "kubelet's checkpoint {path} is of policy 'none', not 'static': not used",
+                 id="policy-none"),
+])
+def test_check_says_which_source_is_in_use(fake_node: Callable[..., Any], build: Callable[[Any], Any], status: str,
+                                           message: str) -> None:
+    from mixed_cpus_hook.doctor import _exclusive_source_findings, read_exclusive_source_facts
+
+    node = fake_node(online="0-7")
+    build(node)
+    facts = {"exclusive_source": read_exclusive_source_facts(load_config(node.config_path), True),
+             "kubelet": {"state_path": node.kubelet_state, "state_source": "option"}}
+    (finding,) = _exclusive_source_findings(facts)
+    assert (finding.check, finding.status) == ("exclusive-source", status)
+    assert message.format(path=node.kubelet_state) in finding.message
+    assert bool(finding.fix) is (status != "ok")
+
+
+def test_check_warns_when_kubelet_keeps_its_state_elsewhere(fake_node: Callable[..., Any]) -> None:
+    from mixed_cpus_hook.doctor import _exclusive_source_findings, read_exclusive_source_facts
+
+    node = fake_node(online="0-7")
+    elsewhere = node.write_checkpoint({POD: {"app": "2-3"}}, path=os.path.join(node.root, "kubelet-root/cpu_manager_state"))
+    facts = {"exclusive_source": read_exclusive_source_facts(load_config(node.config_path), True),
+             "kubelet": {"state_path": elsewhere, "state_source": "kubelet's --root-dir"}}
+    ok, moved = _exclusive_source_findings(facts)
+    assert ok.status == "ok" and ok.message.startswith("no kubelet checkpoint at")
+    assert moved.status == "warning"
+    assert moved.message == (f"kubelet's CPU manager state is {elsewhere} (kubelet's --root-dir), but the hook reads "
+                             f"{node.kubelet_state}")
+    assert moved.fix == f"set kubelet_state_file: {elsewhere} in the configuration"
