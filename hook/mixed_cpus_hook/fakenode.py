@@ -46,6 +46,33 @@ def cgroups_path(driver: str, pod_uid: str, cid: str, qos: str = "") -> str:
     return "/" + container_rel(driver, pod_uid, cid, qos)
 
 
+def format_checkpoint(entries: Dict[str, Any], default: Optional[str] = None, policy: str = "static",
+                      checksum: Optional[int] = None, online: str = "") -> str:
+    """kubelet's CPU manager checkpoint as kubelet writes it (Go's json.Marshal, kubelet's checksum).
+
+    ``entries``: V2 ``{pod uid: {container name: cpulist}}`` or V1 ``{container id: cpulist}``.
+    ``default`` None: ``online`` minus every CPU an entry holds. ``checksum`` None: kubelet's own
+    (fnv32a over go-spew's rendering of the struct).
+    """
+    from .cpuset import format_cpulist, parse_cpulist
+    from .kubelet import compute_fnv32a, format_spew
+
+    if default is None:
+        taken: set = set()
+        for value in entries.values():
+            for cpus in (value.values() if isinstance(value, dict) else (value,)):
+                taken |= parse_cpulist(cpus)
+        default = format_cpulist(parse_cpulist(online) - taken)
+    v1 = any(isinstance(v, str) for v in entries.values())
+    if checksum is None:
+        checksum = compute_fnv32a(format_spew(policy, default, entries, v1).encode("utf-8"))
+    doc: Dict[str, Any] = {"policyName": policy, "defaultCpuSet": default}
+    if entries:  # `json:"entries,omitempty"`
+        doc["entries"] = entries
+    doc["checksum"] = checksum
+    return json.dumps(doc, separators=(",", ":"))
+
+
 class FakeNode:
     """A fake node rooted at ``root``: ``cgroup_root``, ``sys_root``, ``proc_root``, ``state_dir``."""
 
@@ -139,30 +166,12 @@ class FakeNode:
 
     def write_checkpoint(self, entries: Optional[Dict[str, Any]] = None, default: Optional[str] = None,
                          policy: str = "static", checksum: Optional[int] = None, path: Optional[str] = None) -> str:
-        """kubelet's CPU manager checkpoint, as kubelet writes it (json.Marshal, then a rename).
+        """kubelet's CPU manager checkpoint (format_checkpoint), replaced atomically like kubelet does.
 
-        ``entries``: V2 ``{pod uid: {container name: cpulist}}`` or V1 ``{container id: cpulist}``.
-        ``default`` (defaultCpuSet) defaults to the online CPUs no entry holds, as kubelet
-        computes it; ``checksum`` to kubelet's own (fnv32a over go-spew's rendering).
+        ``default`` (defaultCpuSet) defaults to the online CPUs no entry holds, as kubelet computes it.
         """
-        from .cpuset import format_cpulist, parse_cpulist
-        from .kubelet import compute_fnv32a, format_spew
-
-        entries = dict(entries or {})
-        if default is None:
-            taken = set()
-            for value in entries.values():
-                for cpus in (value.values() if isinstance(value, dict) else (value,)):
-                    taken |= parse_cpulist(cpus)
-            default = format_cpulist(parse_cpulist(self.online) - taken)
-        v1 = any(isinstance(v, str) for v in entries.values())
-        if checksum is None:
-            checksum = compute_fnv32a(format_spew(policy, default, entries, v1).encode("utf-8"))
-        doc: Dict[str, Any] = {"policyName": policy, "defaultCpuSet": default}
-        if entries:  # `json:"entries,omitempty"`
-            doc["entries"] = entries
-        doc["checksum"] = checksum
-        return self.write_kubelet_state(json.dumps(doc, separators=(",", ":")), path)
+        return self.write_kubelet_state(format_checkpoint(entries or {}, default, policy, checksum, self.online),
+                                        path)
 
     def write_kubelet_state(self, text: str, path: Optional[str] = None) -> str:
         """Any content at the checkpoint's place, replaced atomically like kubelet does."""
