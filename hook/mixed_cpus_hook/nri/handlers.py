@@ -217,8 +217,10 @@ class Handlers:
             pod = by_id.get(ctr.pod_sandbox_id, api.PodSandbox())
             where = f"nri: Synchronize: container {ctr.id} ({pod.namespace}/{pod.name}/{ctr.name})"
             try:
-                adj = engine.update_container(ctr.id, frozenset(), None, self.config, self.reporter,
-                                              node=self.node)
+                # The runtime's current values: what landed while no plugin was connected (kubelet's
+                # update, a resize) is kubelet's and must not be taken for the record's.
+                cpus, quota, _period = parse_cpu(ctr.linux.resources, f"{where}: linux.resources.cpu")
+                adj = engine.update_container(ctr.id, cpus, quota, self.config, self.reporter, node=self.node)
                 if adj is None:
                     annotations = dict(pod.annotations)
                     annotations.update(ctr.annotations)
