@@ -6,17 +6,28 @@ A widening cannot be shown with two CPUs; what can: the container runs on the ch
 entry ∪ shared, a shared-pool rewrite (``runc update --cpuset-cpus 0``) is never adopted as
 exclusive (with the checkpoint it is written back; without it, it is a conflict and nothing is
 written), and an entry overlapping the shared CPU is refused as a conflict.
-(The cgroup v2 half runs in the VM: vm_scenarios/kubelet_checkpoint_v2.py, test_v2_vm.py style.)
+On cgroup v2, in one VM boot (vm_scenarios/kubelet_checkpoint_v2.py, 4 vCPUs, runc): shared
+"0", entry "2"; a foreign ``echo 0-3`` is brought back to 0,2; kubelet's restart (file removed,
+then an entry "3") moves the container to 0,3.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import tempfile
 
 import pytest
 
 from mixed_cpus_hook.fakenode import format_checkpoint
+
+try:  # tests/integration as a package
+    from . import test_v2_vm as v2vm
+    from . import vm
+except ImportError:  # rootdir-relative import (no __init__.py)
+    import test_v2_vm as v2vm  # type: ignore[no-redef]
+    import vm  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.integration
 
@@ -142,3 +153,81 @@ def test_corrupt_checkpoint_falls_back(mch_node, mch_runc):
         "not valid JSON" in " ".join(proc.stdout.split()), proc.stdout
     runc.stop(cid)
     assert runc.cmd("delete", cid).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------
+# cgroup v2, in the VM
+
+VM_CKPT = f"{v2vm.VM_BASE}/kubelet/cpu_manager_state"
+SCENARIO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vm_scenarios", "kubelet_checkpoint_v2.py")
+
+
+@pytest.fixture(scope="module")
+def v2run() -> "v2vm.V2Run":
+    reason = vm.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    v2vm.check_prerequisites()
+    executable = v2vm.hook_executable()
+    inp = {
+        "hook_executable": executable, "hooks": v2vm.render_hooks(executable), "config_path": v2vm.VM_CONFIG,
+        "config_text": f'shared_cpus: "0"\nstate_dir: {v2vm.VM_STATE}\nallowed_namespaces: [vm-ns]\n'
+                       f"kubelet_state_file: {VM_CKPT}\n",
+        "state_dir": v2vm.VM_STATE, "cache_dir": v2vm.VM_CACHE, "work_dir": f"{v2vm.VM_BASE}/work",
+        "kubelet_state_file": VM_CKPT, "annotation_prefix": PREFIX, "shared": "0", "exclusive": "2",
+        "quota": 100000, "period": 100000, "pod_quota": 200000, "busybox": v2vm.BUSYBOX,
+    }
+    with tempfile.TemporaryDirectory(prefix="mch-ckpt-vm-") as rwdir:
+        with open(os.path.join(rwdir, "input.json"), "w", encoding="utf-8") as f:
+            json.dump(inp, f, indent=1)
+        script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
+        try:
+            result = vm.run_in_vm(script, rwdir, cpus=4, timeout=v2vm.VM_TIMEOUT)
+        except vm.VMTimeoutError as exc:
+            pytest.fail(f"{exc}\nprogress: {v2vm.progress(v2vm.read_results(os.path.join(rwdir, 'results.json')))}")
+        doc = v2vm.read_results(os.path.join(rwdir, "results.json"))
+    run = v2vm.V2Run(result, doc)
+    if doc is None:
+        pytest.fail(f"the VM wrote no results file\n{run.context()}")
+    print(f"\nkubelet checkpoint v2 VM: {result.elapsed:.1f} s in all, scenario {doc.get('elapsed')} s")
+    return run
+
+
+def _inside(step: dict) -> set:
+    assert step["inside"]["rc"] == 0, step["inside"]
+    return set(step["inside"]["values"].values())
+
+
+@pytest.mark.vm
+def test_v2_checkpoint_is_the_truth(v2run):
+    create = v2run.step("runc", "create")
+    assert create["run"]["rc"] == 0, create["run"]
+    assert create["container"]["cpuset.cpus"] == "0,2" and _inside(create) == {"0,2"}, create
+    rec = create["records"]["containers"]["runc-ckpt"]
+    assert (rec["exclusive"], rec["exclusive_source"]) == ("2", "kubelet-checkpoint")
+
+    foreign = v2run.step("runc", "foreign_write")
+    assert foreign["container"]["cpuset.cpus"] == "0-3" and _inside(foreign) == {"0-3"}
+    status = v2run.step("runc", "status_drift")["status"]
+    assert status["rc"] == 3, status
+    (row,) = json.loads(status["stdout"])
+    assert row["drift"] == [{"field": "cpuset", "desired": "0,2", "actual": "0-3"}]
+    assert "CPUs 1,3 are not this container's in kubelet's checkpoint, refused" in row["problem"]
+    back = v2run.step("runc", "reconcile")
+    assert back["reconcile"]["rc"] == 0 and "cpuset.cpus: 0-3 -> 0,2" in back["reconcile"]["stdout"], back["reconcile"]
+    assert back["container"]["cpuset.cpus.effective"] == "0,2" and _inside(back) == {"0,2"}
+
+    removed = v2run.step("runc", "checkpoint_removed")
+    assert (removed["reconcile"]["rc"], removed["reconcile"]["stdout"]) == (0, ""), removed["reconcile"]
+    assert removed["records_unchanged"] and removed["container"]["cpuset.cpus"] == "0,2"
+
+    moved = v2run.step("runc", "checkpoint_new_entry")
+    assert moved["reconcile"]["rc"] == 0 and "cpuset.cpus: 0,2 -> 0,3" in moved["reconcile"]["stdout"], moved
+    assert moved["container"]["cpuset.cpus.effective"] == "0,3" and _inside(moved) == {"0,3"}
+    rec = moved["records"]["containers"]["runc-ckpt"]
+    assert (rec["exclusive"], rec["exclusive_source"], rec["desired"]) == ("3", "kubelet-checkpoint", "0,3")
+    assert v2run.step("runc", "status_after")["status"]["rc"] == 0
+
+    done = v2run.step("runc", "delete")
+    assert done["delete"]["rc"] == 0 and done["records"]["containers"] == {} and done["pod_removed"] == []
+    assert v2run.doc["runtimes"]["runc"]["cleanup_problems"] == []
