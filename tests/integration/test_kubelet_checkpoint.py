@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import Any, List, NamedTuple, Optional
 
 import pytest
 
@@ -60,6 +61,34 @@ def inside(runc, cid: str) -> str:
     return out.split()[-1]
 
 
+class Started(NamedTuple):
+    ckpt: str
+    pod: Any
+    cid: str
+    rel: str
+    cpus_file: str
+    run: Any  # runc run's CompletedProcess
+    modified: List[str]  # pod cgroup files written while the container started
+
+
+def start(node, runc, what: str, entry: Optional[str] = None, text: Optional[str] = None) -> Started:
+    """kubelet's checkpoint (this container's ``entry``, or raw ``text``), a pod, and the container started."""
+    ckpt = use_checkpoint(node)
+    pod = node.make_pod(quota=200000)
+    if entry is not None:
+        write_checkpoint(ckpt, {pod.uid: {"app": entry}})
+    elif text is not None:
+        with open(ckpt, "w", encoding="utf-8") as f:
+            f.write(text)
+    cid = runc.new_id(what)
+    rel = pod.container_path(f"crio-{cid}")
+    with node.watch([f"{pod.cpu}/cpu.cfs_quota_us", f"{pod.cpuset}/cpuset.cpus"]) as ino:
+        proc = runc.run(runc.bundle(cid, rel, annotations(pod)), cid)
+        modified = ino.modified()
+    assert proc.returncode == 0, proc.stderr
+    return Started(ckpt, pod, cid, rel, f"{node.cgroup_dir('cpuset', rel)}/cpuset.cpus", proc, modified)
+
+
 def status(node) -> tuple:
     proc = node.cli("status", "--json")
     assert proc.returncode in (0, 1, 3), proc.stderr
@@ -68,14 +97,7 @@ def status(node) -> tuple:
 
 def test_checkpoint_entry_is_the_truth(mch_node, mch_runc):
     node, runc = mch_node, mch_runc
-    ckpt = use_checkpoint(node)
-    pod = node.make_pod(quota=200000)
-    write_checkpoint(ckpt, {pod.uid: {"app": "1"}})
-    cid = runc.new_id("ckpt")
-    rel = pod.container_path(f"crio-{cid}")
-    cpus_file = f"{node.cgroup_dir('cpuset', rel)}/cpuset.cpus"
-    proc = runc.run(runc.bundle(cid, rel, annotations(pod)), cid)
-    assert proc.returncode == 0, proc.stderr
+    ckpt, pod, cid, _rel, cpus_file, _run, _modified = start(node, runc, "ckpt", entry="1")
     assert (node.read(cpus_file), inside(runc, cid)) == ("0-1", "0-1")
     rec = node.record(cid)
     assert (rec["exclusive"], rec["exclusive_source"]) == ("1", "kubelet-checkpoint")
@@ -118,34 +140,18 @@ def test_checkpoint_entry_is_the_truth(mch_node, mch_runc):
 def test_checkpoint_entry_on_the_shared_cpu_is_a_conflict(mch_node, mch_runc):
     """kubelet assigned the shared CPU exclusively (reservedSystemCPUs lacks it): nothing is written."""
     node, runc = mch_node, mch_runc
-    ckpt = use_checkpoint(node)
-    pod = node.make_pod(quota=200000)
-    write_checkpoint(ckpt, {pod.uid: {"app": "0-1"}})
-    cid = runc.new_id("shared")
-    rel = pod.container_path(f"crio-{cid}")
-    with node.watch([f"{pod.cpu}/cpu.cfs_quota_us", f"{pod.cpuset}/cpuset.cpus"]) as ino:
-        proc = runc.run(runc.bundle(cid, rel, annotations(pod)), cid)
-        modified = ino.modified()
-    assert proc.returncode == 0, proc.stderr
-    assert modified == [] and pod.quota() == 200000
-    assert node.read(f"{node.cgroup_dir('cpuset', rel)}/cpuset.cpus") == "1"
-    assert inside(runc, cid) == "1"
+    s = start(node, runc, "shared", entry="0-1")
+    assert s.modified == [] and s.pod.quota() == 200000
+    assert node.read(s.cpus_file) == "1" and inside(runc, s.cid) == "1"
     assert node.records() == []
-    runc.stop(cid)
-    assert runc.cmd("delete", cid).returncode == 0
+    runc.stop(s.cid)
+    assert runc.cmd("delete", s.cid).returncode == 0
 
 
 def test_corrupt_checkpoint_falls_back(mch_node, mch_runc):
     """A file kubelet did not write: refused with a warning naming it, the container gets config.json's cpus."""
     node, runc = mch_node, mch_runc
-    ckpt = use_checkpoint(node)
-    with open(ckpt, "w", encoding="utf-8") as f:
-        f.write('{"policyName": "static", "defaultCpuSet": ')
-    pod = node.make_pod(quota=200000)
-    cid = runc.new_id("corrupt")
-    rel = pod.container_path(f"crio-{cid}")
-    proc = runc.run(runc.bundle(cid, rel, annotations(pod)), cid)
-    assert proc.returncode == 0, proc.stderr
+    ckpt, _pod, cid = start(node, runc, "corrupt", text='{"policyName": "static", "defaultCpuSet": ')[:3]
     assert inside(runc, cid) == "0-1"
     assert node.record(cid)["exclusive_source"] == "spec"
     proc = node.cli("status")
@@ -175,7 +181,7 @@ def v2run() -> "v2vm.V2Run":
                        f"kubelet_state_file: {VM_CKPT}\n",
         "state_dir": v2vm.VM_STATE, "cache_dir": v2vm.VM_CACHE, "work_dir": f"{v2vm.VM_BASE}/work",
         "kubelet_state_file": VM_CKPT, "annotation_prefix": PREFIX, "shared": "0", "exclusive": "2",
-        "quota": 100000, "period": 100000, "pod_quota": 200000, "busybox": v2vm.BUSYBOX,
+        "quota": 100000, "period": 100000, "pod_quota": 200000, "busybox": v2vm.BUSYBOX, "runtimes": ["runc"],
     }
     with tempfile.TemporaryDirectory(prefix="mch-ckpt-vm-") as rwdir:
         with open(os.path.join(rwdir, "input.json"), "w", encoding="utf-8") as f:

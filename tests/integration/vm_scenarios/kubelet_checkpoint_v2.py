@@ -14,16 +14,13 @@ each recording exact values (cgroup files, Cpus_allowed_list inside, records, CL
 4. ``checkpoint_new_entry``: the checkpoint gives it "3": reconcile moves it to 0,3.
 5. ``delete``.
 
-Performs and records only; the host test asserts. v2_lifecycle's helpers (stdlib only).
+Performs and records only; the host test asserts. v2_lifecycle's helpers and main (stdlib only).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -38,8 +35,10 @@ def write_checkpoint(path: str, entries: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def scenario(ctx: v2.Ctx, rt: v2.Runtime, ckpt: str) -> None:
+def scenario(ctx: v2.Ctx, rt: v2.Runtime) -> None:
     step = ctx.results.step
+    ckpt = ctx.inp["kubelet_state_file"]
+    os.makedirs(os.path.dirname(ckpt), exist_ok=True)
     R = rt.name
     pod = v2.Pod(ctx, ctx.pod_quota)
     write_checkpoint(ckpt, {pod.uid: {"app": "2"}})
@@ -70,35 +69,7 @@ def scenario(ctx: v2.Ctx, rt: v2.Runtime, ckpt: str) -> None:
          pod_removed=v2.rmdir_tree(pod.dir))
 
 
-def main(argv) -> int:
-    with open(argv[1], encoding="utf-8") as f:
-        inp = json.load(f)
-    results = v2.Results(argv[2])
-    os.makedirs(inp["work_dir"], exist_ok=True)
-    os.environ["MCH_VM_WORK"] = inp["work_dir"]
-    ctx = v2.Ctx(inp, results)
-    rt = v2.Runtime("runc")
-    os.makedirs(os.path.dirname(inp["kubelet_state_file"]), exist_ok=True)
-    try:
-        results.doc["env"] = v2.environment(ctx, [rt])
-        results.doc["setup"] = v2.setup(ctx)
-        results.save()
-        entry = results.runtime(rt.name)
-        t0 = time.monotonic()
-        try:
-            scenario(ctx, rt, inp["kubelet_state_file"])
-        except Exception:
-            entry["error"] = traceback.format_exc()
-        finally:
-            entry["cleanup_problems"] = rt.cleanup()
-            entry["seconds"] = round(time.monotonic() - t0, 2)
-            results.save()
-        results.doc["done"] = True
-    except Exception:
-        results.doc["error"] = traceback.format_exc()
-    results.save()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # v2_lifecycle's main (setup, results, per-runtime cleanup) with this scenario as the lifecycle
+    v2.lifecycle = scenario
+    sys.exit(v2.main(sys.argv))
