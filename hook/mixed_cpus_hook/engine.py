@@ -478,6 +478,7 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
         outcome = _sync(config, node, state.id, dirs, pod, spec.cpus, prev, identity, False, reporter, "apply", True)
     if outcome.status in ("not-applicable", "conflict"):
         reporter.warning(outcome.lines[0])
+        return Outcome(outcome.status)  # said once, on stderr and in the journal; nothing was written
     else:
         # The watch unit is started by mixed-cpus-hook-sync.service, never from here.
         mark_pending(config.state_dir, state.id)

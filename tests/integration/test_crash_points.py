@@ -316,14 +316,14 @@ def _resize(w: World) -> None:
 
 def _shared_change(w: World) -> None:
     # Two CPUs only: the shared CPU moves from 0 to 1, and kubelet (restarted with the new
-    # reservedSystemCPUs) gives the containers CPU 0 as their exclusive CPU.
-    _applied(w)
+    # reservedSystemCPUs) gives the container CPU 0 as its exclusive CPU. One tracked container:
+    # kubelet never gives one CPU to two containers (a checkpoint that does is refused).
+    w.apply("c1")
     w.shared = "1"
     with open(w.checkpoint, "w", encoding="utf-8") as f:  # checksum 0: "none", kubelet accepts it too
-        json.dump({"policyName": "static", "defaultCpuSet": "1", "entries": {w.pod.uid: {c: "0" for c in IDS}},
+        json.dump({"policyName": "static", "defaultCpuSet": "1", "entries": {w.pod.uid: {"c1": "0"}},
                    "checksum": 0}, f)
-    for cid in IDS:
-        w.kubelet(cid, cpus="0")
+    w.kubelet("c1", cpus="0")
 
 
 BASES = {c: CONTAINER_BASE for c in IDS}

@@ -336,7 +336,7 @@ def test_mixed_container_lifecycle_on_v2(v2, runtime):
     assert lines[0].startswith(f"container {cid_a}: would write " + cpus_line), lines
     assert lines[1].startswith(f"container {cid_a}: would write " + quota_line), lines
     assert s["unchanged"] is True, show(s)
-    assert_status(step(runtime, "status_drift"), "cli", 1, cid_a, False, EXCLUSIVE, QUOTA)
+    assert_status(step(runtime, "status_drift"), "cli", 3, cid_a, False, EXCLUSIVE, QUOTA)
 
     # reconcile puts the mixed set and the raised quota back; the pod's quota is left as is.
     s = step(runtime, "reconcile")
