@@ -226,7 +226,11 @@ def assert_status(step: dict, key: str, rc: int, cid: str, in_sync: bool, actual
         in_sync, actual, MIXED, EXCLUSIVE, SHARED), show(row)
     assert row["quota"] == {"desired": str(RAISED), "actual": str(quota)}, show(row)
     assert row["pod_quota"] == {"desired": str(POD_RAISED), "actual": str(POD_RAISED)}, show(row)
-    assert row["problem"] is None, show(row)
+    if in_sync:
+        assert (row["problem"], row["drift"]) == ("", []), show(row)
+    else:  # a drifted row names each field with its desired and actual values
+        assert {d["field"] for d in row["drift"]} >= {"cpuset"}, show(row)
+        assert f"cpuset is {actual}, should be {MIXED}" in row["problem"], show(row)
     return row
 
 
