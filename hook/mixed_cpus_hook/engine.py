@@ -593,7 +593,7 @@ def prune_pod(config: Config, layout: cg.Layout, key: str, reporter: Reporter) -
 def release_state(state: State, config: Config, reporter: Reporter) -> Outcome:
     """The poststop hook."""
     with state_lock(config.state_dir):
-        remove_stale_temporaries(config.state_dir, config.proc_root)
+        # Leftover temporaries are the full reconcile's to remove: a stop never lists the state dir.
         return release_container(state.id, config, reporter)
 
 
