@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools
+	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter
 	touch $@
 
 venv: $(VENV)/.stamp
@@ -28,8 +28,11 @@ $(DEMO_VENV)/.stamp: setup.cfg pyproject.toml
 demo: $(DEMO_VENV)/.stamp
 	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py
 
+# ruff, then the layering contracts of pyproject.toml (import-linter: front ends > operations > use
+# cases > store > node adapters > core).
 lint: venv
 	$(VENV)/bin/ruff check hook tests benchmarks examples
+	cd hook && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
@@ -52,7 +55,7 @@ test-compat-or-skip:
 
 # docs/mixed-cpus-hook.8 from the click definitions (tests/unit/test_manpage.py fails when it is stale).
 man: venv
-	$(PY) -m mixed_cpus_hook.manpage --schema schemas/config.schema.json -o docs/mixed-cpus-hook.8
+	$(PY) -m mixed_cpus_hook.frontends.cli.manpage --schema schemas/config.schema.json -o docs/mixed-cpus-hook.8
 
 # Start-up ratios (no root); reapply latency under a real systemd and reconcile scaling (root).
 bench: venv
@@ -137,7 +140,7 @@ install:
 	$(INSTALL) -d $(DESTDIR)$(BINDIR)
 	printf '%s\n' '#!$(HOOK_PYTHON) -I' \
 	    '# mixed-cpus-hook: the OCI hook (hooks.d runs "apply" and "release") and its command line.' \
-	    'from mixed_cpus_hook.fastpath import entry' 'entry()' > $(STAGE)/$(NAME)
+	    'from mixed_cpus_hook.frontends.entry import entry' 'entry()' > $(STAGE)/$(NAME)
 	$(INSTALL) -m 755 $(STAGE)/$(NAME) $(DESTDIR)$(BINDIR)/$(NAME)
 	$(INSTALL) -d $(DESTDIR)$(DATADIR)/$(NAME) $(DESTDIR)$(SYSCONFDIR)/$(NAME) $(DESTDIR)$(UNITDIR) \
 	    $(DESTDIR)$(PRESETDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LICENSEDIR) $(DESTDIR)$(HOOKSDIR)
@@ -166,7 +169,7 @@ install:
 # rpm/90-mixed-cpus-hook.preset: enable every non-template unit of rpm/units/ with an [Install]
 # section (tests/unit/test_machineconfig.py fails when it is out of date).
 preset:
-	PYTHONPATH=hook $(PYTHON) -c 'import sys; from mixed_cpus_hook.machineconfig import preset_for_files; \
+	PYTHONPATH=hook $(PYTHON) -c 'import sys; from mixed_cpus_hook.ops.machineconfig import preset_for_files; \
 	    sys.stdout.write(preset_for_files(sys.argv[1:]))' $(UNITS) > rpm/90-$(NAME).preset
 
 # The source tarball: every file git tracks or would add (uncommitted work included), else the tree.

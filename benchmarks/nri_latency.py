@@ -2,7 +2,7 @@
 """NRI mode: how fast the plugin answers, how much memory it keeps, what it costs idle.
 
 What runs: ``mixed-cpus-hook nri --socket PATH`` as its own process (the real command, the
-real handlers and engine) on a fake node (mixed_cpus_hook.fakenode: cgroup v1 or v2 files in
+real handlers and engine) on a fake node (mixed_cpus_hook.testing.fakenode: cgroup v1 or v2 files in
 a temporary directory, so no root is needed), connected to this script over a real unix
 socket; this script plays the runtime (the in-test peer of tests/unit/nri/peer.py): it
 registers the plugin, configures and synchronizes it, then
@@ -36,9 +36,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "hook"))
 sys.path.insert(0, os.path.join(REPO, "tests", "unit", "nri"))
 
-from mixed_cpus_hook.fakenode import FakeNode  # noqa: E402
-from mixed_cpus_hook.nri import api  # noqa: E402
 from peer import RuntimePeer, create_request  # noqa: E402
+
+from mixed_cpus_hook.frontends.nri.wire import api  # noqa: E402
+from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -57,7 +57,8 @@ class Bench:
 
     def __init__(self, node, pod, reconcile_interval: float) -> None:
         import peer  # noqa: PLC0415 (tests/unit/nri/peer.py: the runtime's end)
-        from mixed_cpus_hook.nri import api  # noqa: PLC0415
+
+        from mixed_cpus_hook.frontends.nri.wire import api  # noqa: PLC0415
 
         self.peer_mod, self.api, self.node, self.pod = peer, api, node, pod
         self.path = os.path.join(node.tmp, f"nri-{reconcile_interval:g}.sock")

@@ -15,7 +15,7 @@ the hook applied (cpuset 0-1 = exclusive 1 + shared 0), and then N rewrites, eac
 and the clock stops when inotify reports the write that puts "0-1" back (the file is read on
 each IN_MODIFY). Rewrites are ``--gap`` seconds apart, so each one meets an idle, re-armed path
 unit (the service settles for 0.1 s after a reapply). ``--entry cli`` runs the per-container
-service through the full click command line instead of ``python -m mixed_cpus_hook.watches``,
+service through the full click command line instead of ``python -m mixed_cpus_hook.frontends.systemd.watches``,
 to show what that choice is worth. Prints every latency, p50/p95/max and the target (p95 at most
 100 ms). Needs root, cgroup v1 cpuset+cpu, runc and busybox-static (as the integration tests).
 """
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     if args.entry == "cli":
         name = "mixed-cpus-hook-reconcile@.service"
         text = rn.units[name]
-        rn.units[name] = text.replace("/usr/bin/python3 -I -m mixed_cpus_hook.watches reconcile %i",
+        rn.units[name] = text.replace("/usr/bin/python3 -I -m mixed_cpus_hook.frontends.systemd.watches reconcile %i",
                                       "/usr/bin/mixed-cpus-hook reconcile --container %i")
         assert rn.units[name] != text, "the reconcile@ unit's ExecStart changed: update this option"
         rn.sd.etc_files[f"/etc/systemd/system/{name}"] = it.render_unit(rn.units[name], node.exe, sys.executable)

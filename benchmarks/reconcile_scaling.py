@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How the reapply's cost grows with the number of tracked containers (1, 100, 1000 records).
 
-A fake cgroup v1 node (mixed_cpus_hook.fakenode: plain files, no root needed) with N mixed
+A fake cgroup v1 node (mixed_cpus_hook.testing.fakenode: plain files, no root needed) with N mixed
 containers, each in its own pod, all applied by the hook (in-process ``apply``), so the state
 directory holds N container records and N pod records. Then one container's cpuset and quota
 are rewritten (kubelet's rewrite) and each of these runs is measured in-process:
@@ -15,7 +15,7 @@ Files are counted with an audit hook (sys.addaudithook): every ``open`` (os.open
 split into reads and writes by their flags; the state lock is counted apart), ``os.listdir`` /
 ``os.scandir``, and ``os.rename`` (a record's atomic replace). Times are the median of
 ``--repeat`` runs (each after a fresh rewrite, so every run really reapplies). Also the whole
-service as a process: ``python -I -m mixed_cpus_hook.watches reconcile ID --settle 0``.
+service as a process: ``python -I -m mixed_cpus_hook.frontends.systemd.watches reconcile ID --settle 0``.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "hook"))
 
-from mixed_cpus_hook import engine, watches  # noqa: E402
-from mixed_cpus_hook.config import load_config  # noqa: E402
-from mixed_cpus_hook.fakenode import FakeNode  # noqa: E402
-from mixed_cpus_hook.log import Reporter  # noqa: E402
-from mixed_cpus_hook.oci import State  # noqa: E402
-from mixed_cpus_hook.records import mark_pending  # noqa: E402
+from mixed_cpus_hook.frontends.systemd import watches  # noqa: E402
+from mixed_cpus_hook.node.config import load_config  # noqa: E402
+from mixed_cpus_hook.node.log import Reporter  # noqa: E402
+from mixed_cpus_hook.node.oci import State  # noqa: E402
+from mixed_cpus_hook.store.records import mark_pending  # noqa: E402
+from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: E402
+from mixed_cpus_hook.usecases import engine  # noqa: E402
 
 SHARED, EXCLUSIVE, MIXED = "0-1", "2-3", "0-3"
 
@@ -161,7 +162,7 @@ def run_size(n: int, args: argparse.Namespace) -> tuple:
         full_t, full_c = measure(counter, lambda: watches.sync(config, rep, full=True, systemd=stub),
                                  lambda: None, args.repeat)
         env = dict(os.environ, MIXED_CPUS_HOOK_CACHE_DIR=os.path.join(tmp, "cache"))
-        cmd = [sys.executable, "-I", "-m", "mixed_cpus_hook.watches", "--config",
+        cmd = [sys.executable, "-I", "-m", "mixed_cpus_hook.frontends.systemd.watches", "--config",
                os.path.join(node.etc, "config.yaml"), "reconcile", cid, "--settle", "0"]
         proc_times = []
         for _ in range(args.process_runs + 1):
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
         print(f"  sync of one queued container        {sync_t * 1000:8.2f} ms   {fmt_counts(sync_c)}")
         print(f"  reconcile (all records)              {all_t * 1000:8.2f} ms   {fmt_counts(all_c)}")
         print(f"  sync --full                          {full_t * 1000:8.2f} ms   {fmt_counts(full_c)}")
-        print(f"  the service as a process (python -I -m mixed_cpus_hook.watches reconcile ID): "
+        print(f"  the service as a process (python -I -m mixed_cpus_hook.frontends.systemd.watches reconcile ID): "
               f"{proc_t * 1000:.1f} ms")
     print("\nsummary (ms):")
     print(f"  {'records':>8} {'one, rewritten':>15} {'one, in sync':>13} {'sync one':>9} {'all':>9}"

@@ -7,8 +7,8 @@ What runs (see benchmarks/README.md for how to read the output):
   ``--python``; never a pyenv shim), with the package copied into its site-packages and
   byte-compiled: a non-editable install shaped like the RPM's (no .pth finder);
 * a launcher shaped like the RPM's ``/usr/bin/mixed-cpus-hook``: ``#!<python> -I`` then
-  ``from mixed_cpus_hook.fastpath import entry; entry()``;
-* a fake cgroup v1 node (``mixed_cpus_hook.fakenode.FakeNode``) with a YAML config whose
+  ``from mixed_cpus_hook.frontends.entry import entry; entry()``;
+* a fake cgroup v1 node (``mixed_cpus_hook.testing.fakenode.FakeNode``) with a YAML config whose
   JSON cache is already warm, one asking container already applied (steady state: the hook
   reads everything and writes nothing) and one container of the same pod that does not ask
   (the pod's annotation names another container, so CRI-O's ``when`` still runs the hook);
@@ -78,11 +78,7 @@ def make_install(python, tmp, source_root=SOURCE_ROOT, name="venv"):
     site = subprocess.run([vpy, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
     dest = os.path.join(site, PACKAGE)
-    os.makedirs(dest)
-    src = os.path.join(source_root, PACKAGE)
-    for name in sorted(os.listdir(src)):
-        if name.endswith(".py"):
-            shutil.copy2(os.path.join(src, name), os.path.join(dest, name))
+    shutil.copytree(os.path.join(source_root, PACKAGE), dest, ignore=shutil.ignore_patterns("__pycache__"))
     # The RPM ships byte-compiled modules; so does this install.
     subprocess.run([vpy, "-I", "-m", "compileall", "-q", dest], check=True)
     return vpy, site
@@ -91,7 +87,7 @@ def make_install(python, tmp, source_root=SOURCE_ROOT, name="venv"):
 def write_launcher(vpy, tmp, name="mixed-cpus-hook"):
     path = os.path.join(tmp, name)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(f"#!{vpy} -I\nfrom mixed_cpus_hook.fastpath import entry\nentry()\n")
+        f.write(f"#!{vpy} -I\nfrom mixed_cpus_hook.frontends.entry import entry\nentry()\n")
     os.chmod(path, 0o755)
     return path
 
@@ -99,8 +95,8 @@ def write_launcher(vpy, tmp, name="mixed-cpus-hook"):
 def make_node(tmp, version, driver):
     """The fake node, its config (cache warmed) and the two state files."""
     sys.path.insert(0, SOURCE_ROOT)
-    from mixed_cpus_hook.config import load_config  # noqa: PLC0415 - needs sys.path above
-    from mixed_cpus_hook.fakenode import FakeNode  # noqa: PLC0415
+    from mixed_cpus_hook.node.config import load_config  # noqa: PLC0415 - needs sys.path above
+    from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: PLC0415
 
     node = FakeNode(os.path.join(tmp, "node"), version=version, online="0-7")
     config = node.write_config(shared="0-1")
@@ -303,7 +299,7 @@ def bench(args, python, tmp):
     print("mixed-cpus-hook start-up benchmark")
     print(f"  interpreter : {python} (Python {version}), run as a fresh venv {vpy} (no other packages)")
     print(f"  install     : {PACKAGE} copied from hook/ into {site} and byte-compiled (non-editable)")
-    print(f"  launcher    : #!{vpy} -I / from mixed_cpus_hook.fastpath import entry / entry()")
+    print(f"  launcher    : #!{vpy} -I / from mixed_cpus_hook.frontends.entry import entry / entry()")
     print("  hook        : python -I LAUNCHER --config CONFIG apply < STATE  (YAML config, warm JSON cache)")
     print(f"  node        : fake cgroup v{args.cgroup}, {args.driver} driver, container found via /proc/<pid>/cgroup")
     print(f"  first apply : {len(first.splitlines())} write(s); later runs write nothing (checked):")
@@ -315,7 +311,7 @@ def bench(args, python, tmp):
     print("    bare        python -I -c pass")
     print("    floor       python -I -c 'import json'")
     print("    floor+_exit python -I -c 'import json, os; os._exit(0)': the floor without the interpreter's")
-    print("                teardown, which the hook skips too (fastpath._exit_now); reference only")
+    print("                teardown, which the hook skips too (entry._exit_now); reference only")
     print("    steady      hook apply, asking container already applied (reads all, writes nothing)")
     print("    not-asking  hook apply, same pod, another container's annotation (exits before the config)")
     for spec in args.compare:

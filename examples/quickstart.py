@@ -19,7 +19,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "hook"))
 
-from mixed_cpus_hook.fakenode import FakeNode  # noqa: E402
+from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: E402
 
 
 def main() -> int:

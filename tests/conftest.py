@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 import pytest
 
-from mixed_cpus_hook.fakenode import FakeNode, container_rel
-from mixed_cpus_hook.log import Reporter
+from mixed_cpus_hook.node.log import Reporter
+from mixed_cpus_hook.testing.fakenode import FakeNode, container_rel
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO / "schemas"
@@ -302,8 +302,8 @@ def reporter() -> CapturedReporter:
 @pytest.fixture
 def run_hook(config_cache_dir: str) -> Callable[..., Result]:
     """Run the fast path (apply/release) in-process: ``run_hook(argv, stdin=None)``."""
-    from mixed_cpus_hook.fastpath import parse_fast_args
-    from mixed_cpus_hook.fastpath import run_hook as _run_hook
+    from mixed_cpus_hook.frontends.hook.fastpath import parse_fast_args
+    from mixed_cpus_hook.frontends.hook.fastpath import run_hook as _run_hook
 
     def run(argv: List[str], stdin: Optional[str] = None, verbose: bool = False) -> Result:
         args = parse_fast_args(argv)
@@ -330,8 +330,8 @@ def syslog_capture(monkeypatch: pytest.MonkeyPatch) -> SyslogCapture:
 
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture, syslog_capture: SyslogCapture) -> Callable[..., Result]:
-    """Run ``mixed_cpus_hook.fastpath.main`` (fast path, else click) in-process: ``run_cli(argv)``."""
-    from mixed_cpus_hook.fastpath import main
+    """Run ``mixed_cpus_hook.frontends.entry.main`` (fast path, else click) in-process: ``run_cli(argv)``."""
+    from mixed_cpus_hook.frontends.entry import main
 
     def run(argv: List[str]) -> Result:
         capsys.readouterr()

@@ -1,5 +1,5 @@
 """``python -m mixed_cpus_hook``: the same command as ``mixed-cpus-hook``."""
 
-from .fastpath import entry
+from .frontends.entry import entry
 
 entry()

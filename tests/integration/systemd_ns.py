@@ -66,9 +66,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-import sys
 import tty
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 

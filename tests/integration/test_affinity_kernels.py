@@ -1,6 +1,6 @@
 """The thread-affinity probe for real: this machine's kernel (cgroup v1) and the VM's (cgroup v2).
 
-The probe (mixed_cpus_hook/affinity.py) pins a child of its own to one CPU in a scratch
+The probe (mixed_cpus_hook/ops/affinity.py) pins a child of its own to one CPU in a scratch
 cgroup, shrinks the cpuset to exclude that CPU, regrows it and reads the mask back. Linux
 6.2 and later keep the pin (the requested mask is remembered); older kernels widen it to
 the whole set. Each test checks the verdict against the kernel's version, and that neither
@@ -27,7 +27,7 @@ try:  # tests/integration as a package
 except ImportError:  # rootdir-relative import (no __init__.py)
     import vm  # type: ignore[no-redef]
 
-from mixed_cpus_hook.affinity import CANNOT_TELL, KEPT, SCRATCH_PREFIX, WIDENED, probe
+from mixed_cpus_hook.ops.affinity import CANNOT_TELL, KEPT, SCRATCH_PREFIX, WIDENED, probe
 
 pytestmark = [pytest.mark.integration]
 
@@ -96,7 +96,7 @@ def test_probe_refuses_a_tree_that_is_not_cgroupfs(tmp_path: Any) -> None:
 VM_SCRIPT = """
 import glob, json, os, sys
 sys.path.insert(0, {src!r})
-from mixed_cpus_hook.affinity import probe, SCRATCH_PREFIX
+from mixed_cpus_hook.ops.affinity import probe, SCRATCH_PREFIX
 # A throwaway VM without systemd: nobody enabled cpuset for the root's children (a node's
 # systemd does, for kubepods.slice at least); the probe looks for such a cgroup.
 with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:

@@ -21,7 +21,7 @@ from typing import Any, List, NamedTuple, Optional
 
 import pytest
 
-from mixed_cpus_hook.fakenode import format_checkpoint
+from mixed_cpus_hook.testing.fakenode import format_checkpoint
 
 try:  # tests/integration as a package
     from . import test_v2_vm as v2vm

@@ -85,7 +85,7 @@ def render_unit(text: str, exe: str, python: str) -> str:
 
 def enabled_units(units: Dict[str, str]) -> List[str]:
     """What the RPM's preset (rpm/90-mixed-cpus-hook.preset) enables among ``units``: NRI mode is opt-in."""
-    from mixed_cpus_hook.machineconfig import parse_preset
+    from mixed_cpus_hook.ops.machineconfig import parse_preset
 
     preset = parse_preset((REPO / "rpm" / "90-mixed-cpus-hook.preset").read_text(encoding="utf-8"))
     return sorted(n for n in units if n in preset)

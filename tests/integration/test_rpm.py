@@ -19,8 +19,8 @@ from typing import Dict, List, Optional, Set
 
 import pytest
 
-from mixed_cpus_hook.config import Config, parse_config_text
-from mixed_cpus_hook.machineconfig import parse_preset
+from mixed_cpus_hook.node.config import Config, parse_config_text
+from mixed_cpus_hook.ops.machineconfig import parse_preset
 
 pytestmark = pytest.mark.integration
 
@@ -221,7 +221,7 @@ def test_installed_package_runs(payload: Path) -> None:
     assert proc.returncode == 0 and "--kubelet-config" in proc.stdout, proc.stderr
     # The hook path imports only the standard library.
     proc = run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {sitelib!r}); "
-                "import mixed_cpus_hook.fastpath, mixed_cpus_hook.engine; "
+                "import mixed_cpus_hook.frontends.hook.fastpath, mixed_cpus_hook.usecases.engine; "
                 "print(sorted({'click', 'yaml', 'jsonschema', 'psutil'} & set(sys.modules)))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -306,7 +306,7 @@ def test_make_install_default_prefix(tmp_path: Path) -> None:
             if line.startswith("ExecStart="):
                 assert line[len("ExecStart="):].lstrip("-").split()[0] in (
                     "/usr/local/bin/mixed-cpus-hook", real_python), (unit.name, line)
-    sitelibs = {p.split("/mixed_cpus_hook/")[0] for p in files if "/mixed_cpus_hook/fastpath.py" in p}
+    sitelibs = {p.split("/mixed_cpus_hook/")[0] for p in files if "/mixed_cpus_hook/frontends/hook/fastpath.py" in p}
     assert len(sitelibs) == 1 and re.match(r"^/usr/local/lib/python3\.\d+/site-packages$", sitelibs.pop())
     # A second install keeps an edited configuration (like %config(noreplace)).
     config = dest / "etc/mixed-cpus-hook/config.yaml"

@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-
 pytestmark = pytest.mark.integration
 
 PREFIX = "mixed-cpus.openshift.io"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from mixed_cpus_hook.cpuset import format_cpulist
-from mixed_cpus_hook.affinity import CANNOT_TELL, KEPT, SCRATCH_PREFIX, WIDENED, compute_verdict, probe
+from mixed_cpus_hook.core.cpuset import format_cpulist
+from mixed_cpus_hook.ops.affinity import CANNOT_TELL, KEPT, SCRATCH_PREFIX, WIDENED, compute_verdict, probe
 
 VERDICTS = [
     pytest.param(0, (0, 1), {0}, KEPT, id="pin-kept-6.2+"),

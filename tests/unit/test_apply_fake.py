@@ -1,6 +1,6 @@
 """End to end on fake nodes: apply, release, reconcile, status, dry-run, rollback.
 
-The fake trees are plain files (see mixed_cpus_hook.fakenode): they hold values but do not
+The fake trees are plain files (see mixed_cpus_hook.testing.fakenode): they hold values but do not
 enforce the kernel's rules, so these tests check what the hook reads, decides and writes;
 the kernel's verdicts are the integration tests' business.
 """
@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from mixed_cpus_hook import cgroups as cg
-from mixed_cpus_hook.errors import CgroupError
+from mixed_cpus_hook.core.errors import CgroupError
+from mixed_cpus_hook.node import cgroupfs as cg
 
 PREFIX = "mixed-cpus.openshift.io"
 STATUS_KEYS = {"id", "namespace", "pod", "container", "cgroup", "exclusive", "shared", "desired", "actual", "quota",
@@ -620,7 +620,7 @@ def test_usage_error_from_the_executable(run_exe: Callable) -> None:
 
 FAST_PATH_IMPORTS = """
 import sys
-from mixed_cpus_hook.fastpath import main
+from mixed_cpus_hook.frontends.entry import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in ("click", "yaml", "jsonschema", "psutil") if m in sys.modules)
 print(code, ",".join(heavy) or "-")

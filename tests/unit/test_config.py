@@ -12,7 +12,8 @@ from typing import Any, Dict
 
 import pytest
 
-from mixed_cpus_hook.config import (
+from mixed_cpus_hook.core.errors import ConfigError, CpuListError
+from mixed_cpus_hook.node.config import (
     CACHE_DIR_ENV,
     CONFIG_ENV,
     DEFAULT_CONFIG_PATH,
@@ -25,7 +26,6 @@ from mixed_cpus_hook.config import (
     read_online_cpus,
     resolve_config_path,
 )
-from mixed_cpus_hook.errors import ConfigError, CpuListError
 
 GOOD = [
     pytest.param(None, {}, id="empty-file-is-defaults"),
@@ -171,7 +171,7 @@ def test_load_config_unreadable(tmp_path: Path) -> None:
 
 LOAD_AND_REPORT = (
     "import sys\n"
-    "from mixed_cpus_hook.config import load_config\n"
+    "from mixed_cpus_hook.node.config import load_config\n"
     "c = load_config(sys.argv[1], cache_dir=sys.argv[2])\n"
     "print(c.failure_policy, c.shared_cpus, 'yaml' in sys.modules)\n"
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mixed_cpus_hook.cpuset import MAX_CPU, format_cpulist, parse_cpulist, parse_cpulist_file, require_subset
-from mixed_cpus_hook.errors import CpuListError
+from mixed_cpus_hook.core.cpuset import MAX_CPU, format_cpulist, parse_cpulist, parse_cpulist_file, require_subset
+from mixed_cpus_hook.core.errors import CpuListError
 
 PARSE = [
     pytest.param("", set(), id="empty"),

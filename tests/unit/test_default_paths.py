@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from mixed_cpus_hook import config as cfg
-from mixed_cpus_hook import doctor, kubelet
-from mixed_cpus_hook.config import Config, load_config, load_shared_cpus
-from mixed_cpus_hook.errors import ConfigError
+from mixed_cpus_hook.core.errors import ConfigError
+from mixed_cpus_hook.node import config as cfg
+from mixed_cpus_hook.node import kubelet
+from mixed_cpus_hook.node.config import Config, load_config, load_shared_cpus
+from mixed_cpus_hook.ops import doctor
 
 CACHE_FILE = "/run/mixed-cpus-hook/config-cache/%2Fetc%2Fmixed-cpus-hook%2Fconfig.yaml.json"
 

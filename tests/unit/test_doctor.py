@@ -18,8 +18,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from mixed_cpus_hook import doctor
-from mixed_cpus_hook.doctor import (
+from mixed_cpus_hook.ops import doctor
+from mixed_cpus_hook.ops.doctor import (
     ERROR,
     OK,
     WARNING,

@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from mixed_cpus_hook.config import load_config
+from mixed_cpus_hook.node.config import load_config
 
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2] / "hook")
 FORBIDDEN = ("click", "yaml", "jsonschema", "psutil", "typing")
@@ -25,12 +25,12 @@ APP_ID = "a1" * 32
 SIDECAR_ID = "5c" * 32
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 
-# Runs fastpath.main (entry() would end the process before sys.modules can be read).
+# Runs entry.main (entry() would end the process before sys.modules can be read).
 PROBE = """
 import json, os, sys
 sys.path.insert(0, os.environ["PROBE_SOURCE_ROOT"])
-from mixed_cpus_hook import fastpath
-code = fastpath.main(sys.argv[1:])
+from mixed_cpus_hook.frontends import entry
+code = entry.main(sys.argv[1:])
 with open(os.environ["PROBE_OUT"], "w") as f:
     json.dump({"code": code, "modules": sorted(sys.modules)}, f)
 """
@@ -80,7 +80,7 @@ def test_apply_then_steady_state(pod: Dict[str, Any], tmp_path: Path) -> None:
     steady = run_probe(tmp_path, argv, pod["app"]["state"], pod["cache"])
     assert_lean(steady)
     assert steady["stdout"] == "" and steady["stderr"] == ""
-    assert "mixed_cpus_hook.engine" in steady["modules"], "the probe did not reach the engine"
+    assert "mixed_cpus_hook.usecases.engine" in steady["modules"], "the probe did not reach the engine"
 
 
 def test_container_that_does_not_ask(pod: Dict[str, Any], tmp_path: Path) -> None:
@@ -89,8 +89,8 @@ def test_container_that_does_not_ask(pod: Dict[str, Any], tmp_path: Path) -> Non
     assert_lean(result)
     assert result["stdout"] == "" and result["stderr"] == ""
     # It bows out before the configuration: not even the engine is loaded.
-    assert "mixed_cpus_hook.engine" not in result["modules"]
-    assert "mixed_cpus_hook.config" not in result["modules"]
+    assert "mixed_cpus_hook.usecases.engine" not in result["modules"]
+    assert "mixed_cpus_hook.node.config" not in result["modules"]
 
 
 def test_release(pod: Dict[str, Any], tmp_path: Path) -> None:

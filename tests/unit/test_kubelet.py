@@ -8,8 +8,8 @@ from typing import Any, Dict
 
 import pytest
 
-from mixed_cpus_hook.errors import KubeletStateError
-from mixed_cpus_hook.kubelet import (
+from mixed_cpus_hook.core.errors import KubeletStateError
+from mixed_cpus_hook.node.kubelet import (
     MAX_SIZE,
     Checkpoint,
     compute_assigned,
@@ -79,7 +79,7 @@ KUBELET_WRITTEN = [
 
 
 def _sets(entries: Dict[str, Any]) -> Dict[str, Any]:
-    from mixed_cpus_hook.cpuset import parse_cpulist
+    from mixed_cpus_hook.core.cpuset import parse_cpulist
 
     return {k: _sets(v) if isinstance(v, dict) else parse_cpulist(v) for k, v in entries.items()}
 

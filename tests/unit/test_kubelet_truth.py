@@ -16,9 +16,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import pytest
 
-from mixed_cpus_hook.cgroups import Quota
-from mixed_cpus_hook.config import load_config
-from mixed_cpus_hook.engine import ContainerFacts, admit_container, update_container
+from mixed_cpus_hook.node.cgroupfs import Quota
+from mixed_cpus_hook.node.config import load_config
+from mixed_cpus_hook.usecases.engine import ContainerFacts, admit_container, update_container
 
 POD = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 OTHER_POD = "99999999-aaaa-bbbb-cccc-123456789abc"
@@ -300,7 +300,7 @@ def test_shared_pool_rewrite_with_the_checkpoint(truth: Truth, written: str) -> 
 # -- NRI: admit and update with the checkpoint --------------------------------------------------
 
 def _facts(truth: Truth, cpus: str = "2-3") -> ContainerFacts:
-    from mixed_cpus_hook.cpuset import parse_cpulist
+    from mixed_cpus_hook.core.cpuset import parse_cpulist
 
     ann = {"io.kubernetes.pod.namespace": "ran", "io.kubernetes.pod.name": "du-0", "io.kubernetes.pod.uid": POD,
            "io.kubernetes.container.name": "app", "mixed-cpus.openshift.io/app": "enable"}
@@ -309,7 +309,7 @@ def _facts(truth: Truth, cpus: str = "2-3") -> ContainerFacts:
 
 
 def test_nri_admit_and_update_follow_the_checkpoint(truth: Truth, reporter: Any) -> None:
-    from mixed_cpus_hook.cpuset import parse_cpulist as cpus
+    from mixed_cpus_hook.core.cpuset import parse_cpulist as cpus
 
     config = load_config(truth.node.config_path)
     truth.checkpoint("4-5")
@@ -472,7 +472,7 @@ def _none(node: Any) -> None:
 ])
 def test_check_says_which_source_is_in_use(fake_node: Callable[..., Any], build: Callable[[Any], Any], status: str,
                                            message: str) -> None:
-    from mixed_cpus_hook.doctor import _exclusive_source_findings, read_exclusive_source_facts
+    from mixed_cpus_hook.ops.doctor import _exclusive_source_findings, read_exclusive_source_facts
 
     node = fake_node(online="0-7")
     build(node)
@@ -485,7 +485,7 @@ def test_check_says_which_source_is_in_use(fake_node: Callable[..., Any], build:
 
 
 def test_check_warns_when_kubelet_keeps_its_state_elsewhere(fake_node: Callable[..., Any]) -> None:
-    from mixed_cpus_hook.doctor import _exclusive_source_findings, read_exclusive_source_facts
+    from mixed_cpus_hook.ops.doctor import _exclusive_source_findings, read_exclusive_source_facts
 
     node = fake_node(online="0-7")
     elsewhere = node.write_checkpoint({POD: {"app": "2-3"}}, path=os.path.join(node.root, "kubelet-root/cpu_manager_state"))

@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 import yaml
 
-from mixed_cpus_hook.config import DEFAULT_CONFIG_PATH, Config, parse_config_text
-from mixed_cpus_hook.cpuset import parse_cpulist_file
-from mixed_cpus_hook.errors import ConfigError, CpuListError, UsageError
-from mixed_cpus_hook.machineconfig import (
+from mixed_cpus_hook.core.cpuset import parse_cpulist_file
+from mixed_cpus_hook.core.errors import ConfigError, CpuListError, UsageError
+from mixed_cpus_hook.node.config import DEFAULT_CONFIG_PATH, Config, parse_config_text
+from mixed_cpus_hook.ops.machineconfig import (
     DEFAULT_UNITS,
     ROLE_LABEL,
     compute_machineconfig,
@@ -319,7 +319,7 @@ def test_default_units_and_spec_match_preset() -> None:
 
 
 def test_nri_mode_enables_crio_nri_and_the_plugin(run_cli: Any, ignition_validator: Any) -> None:
-    from mixed_cpus_hook.machineconfig import CRIO_NRI_DROPIN, NRI_UNIT, compute_nri_mode
+    from mixed_cpus_hook.ops.machineconfig import CRIO_NRI_DROPIN, NRI_UNIT, compute_nri_mode
 
     res = run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3", "--mode", "nri",
                    "--allow-namespace", "ran"])

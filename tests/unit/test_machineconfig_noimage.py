@@ -23,9 +23,9 @@ import pytest
 import yaml
 from test_machineconfig import ignition_validator, validate_mc  # noqa: F401 - the fixture is used by name
 
-from mixed_cpus_hook.config import NOT_JSON, Config, parse_config_text, parse_json_config
-from mixed_cpus_hook.errors import ConfigError, UsageError
-from mixed_cpus_hook.machineconfig import (
+from mixed_cpus_hook.core.errors import ConfigError, UsageError
+from mixed_cpus_hook.node.config import NOT_JSON, Config, parse_config_text, parse_json_config
+from mixed_cpus_hook.ops.machineconfig import (
     DEFAULT_UNITS,
     NOIMAGE_BIN,
     NOIMAGE_MODULES,
@@ -190,8 +190,8 @@ def test_noimage_units_keep_the_rest_of_each_unit() -> None:
 @pytest.mark.parametrize("name,text,match", [
     pytest.param("a.service", "[Service]\nExecStart=/usr/bin/mixed-cpus-hook nri\n",
                  "a.service: 'ExecStart=/usr/bin/mixed-cpus-hook nri' needs the RPM", id="click-only-command"),
-    pytest.param("b.service", "[Service]\nExecStartPre=/usr/bin/python3 -m mixed_cpus_hook.watches sync\n",
-                 "b.service: 'ExecStartPre=/usr/bin/python3 -m mixed_cpus_hook.watches sync' needs the RPM",
+    pytest.param("b.service", "[Service]\nExecStartPre=/usr/bin/python3 -m mixed_cpus_hook.frontends.systemd.watches sync\n",
+                 "b.service: 'ExecStartPre=/usr/bin/python3 -m mixed_cpus_hook.frontends.systemd.watches sync' needs the RPM",
                  id="package-not-on-sys-path"),
 ])
 def test_noimage_unit_refused(name: str, text: str, match: str) -> None:
@@ -210,8 +210,8 @@ def test_noimage_hook_refused(text: str, match: str) -> None:
 
 def test_noimage_refusals(tmp_path: Path) -> None:
     sources, units, hooks, tmpfiles = read_noimage_files()
-    with pytest.raises(UsageError, match="the package's modules engine.py are missing"):
-        compute_noimage_machineconfig("worker", "2", {k: v for k, v in sources.items() if k != "engine.py"},
+    with pytest.raises(UsageError, match="the package's modules usecases/engine.py are missing"):
+        compute_noimage_machineconfig("worker", "2", {k: v for k, v in sources.items() if k != "usecases/engine.py"},
                                       units, hooks, tmpfiles)
     with pytest.raises(UsageError, match="cannot enable nope.path: no such unit in the package"):
         compute_noimage_machineconfig("worker", "2", sources, units, hooks, tmpfiles, enabled=["nope.path"])
@@ -286,7 +286,7 @@ def test_laid_out_files_run_without_click_or_yaml(node: Any, tmp_path: Path) -> 
     # What needs click says so in one line.
     proc = laid.run([NOIMAGE_BIN, "status"])
     assert proc.returncode == 1
-    assert proc.stderr.startswith("mixed-cpus-hook: error: No module named 'mixed_cpus_hook.cli': this command "
+    assert proc.stderr.startswith("mixed-cpus-hook: error: No module named 'mixed_cpus_hook.frontends.cli': this command "
                                   "needs the RPM (click, PyYAML)"), proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -297,9 +297,10 @@ def test_noimage_modules_are_all_that_runs(node: Any, tmp_path: Path) -> None:
     laid = Laid(node, tmp_path)
     lay_out(make_mc(node), laid.root)
     lib = node_path(laid.root, "/usr/local/lib/mixed-cpus-hook")
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import mixed_cpus_hook.fastpath, mixed_cpus_hook.watches, "
-             "mixed_cpus_hook.engine, mixed_cpus_hook.metrics, mixed_cpus_hook.kubelet; "
-             "print(' '.join(sorted(m.split('.', 1)[1] for m in sys.modules if m.startswith('mixed_cpus_hook.'))))")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import mixed_cpus_hook.frontends.entry, mixed_cpus_hook.frontends.systemd.watches, "
+             "mixed_cpus_hook.usecases.engine, mixed_cpus_hook.usecases.metrics, mixed_cpus_hook.node.kubelet; "
+             "print(' '.join(sorted(m.split('.', 1)[1].replace('.', '/') + ('/__init__' if hasattr(mod, '__path__') "
+             "else '') for m, mod in sys.modules.items() if m.startswith('mixed_cpus_hook.'))))")
     proc = ok(subprocess.run(BARE + ["-c", probe, lib], capture_output=True, text=True))
     assert sorted(proc.stdout.split() + ["__init__"]) == sorted(NOIMAGE_MODULES)
 
@@ -344,7 +345,7 @@ def test_json_config_loads_without_yaml(tmp_path: Path) -> None:
     """load_config on a JSON file in a Python without PyYAML (the no-image node's)."""
     cfg = tmp_path / "config.yaml"
     cfg.write_text('{"failure_policy": "ignore", "allowed_namespaces": ["ran"]}\n')
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from mixed_cpus_hook.config import load_config; "
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from mixed_cpus_hook.node.config import load_config; "
              "c = load_config(sys.argv[2], cache_dir=sys.argv[3]); print(c.failure_policy, c.allowed_namespaces, "
              "'yaml' in sys.modules)")
     src = os.path.dirname(os.path.dirname(__import__("mixed_cpus_hook").__file__))

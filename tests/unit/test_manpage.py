@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 import pytest
 
-from mixed_cpus_hook import manpage
-from mixed_cpus_hook.cli import cli
+from mixed_cpus_hook.frontends.cli import manpage
+from mixed_cpus_hook.frontends.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "mixed-cpus-hook.8"

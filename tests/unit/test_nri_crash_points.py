@@ -28,11 +28,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from mixed_cpus_hook import engine
-from mixed_cpus_hook.cgroups import Quota
-from mixed_cpus_hook.config import load_config
-from mixed_cpus_hook.cpuset import format_cpulist, parse_cpulist
-from mixed_cpus_hook.records import list_records, state_lock
+from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
+from mixed_cpus_hook.node.cgroupfs import Quota
+from mixed_cpus_hook.node.config import load_config
+from mixed_cpus_hook.store.records import list_records, state_lock
+from mixed_cpus_hook.usecases import engine
 
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 POD_BASE = 1000000

@@ -9,8 +9,8 @@ from typing import Any, Dict
 
 import pytest
 
-from mixed_cpus_hook.errors import CpuListError, SpecError, StateError
-from mixed_cpus_hook.oci import MAX_STATE_BYTES, Spec, State, load_spec, load_state, parse_spec, parse_state
+from mixed_cpus_hook.core.errors import CpuListError, SpecError, StateError
+from mixed_cpus_hook.node.oci import MAX_STATE_BYTES, Spec, State, load_spec, load_state, parse_spec, parse_state
 
 RUNC = {"ociVersion": "1.0.2-dev", "id": "abc123", "status": "creating", "pid": 4242, "bundle": "/run/b/abc123",
         "annotations": {"io.kubernetes.container.name": "app"}}

@@ -9,9 +9,8 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from mixed_cpus_hook.cgroups import Dirs, Layout, Quota
-from mixed_cpus_hook.cpuset import parse_cpulist
-from mixed_cpus_hook.plan import (
+from mixed_cpus_hook.core.cpuset import parse_cpulist
+from mixed_cpus_hook.core.plan import (
     Observed,
     Plan,
     QuotaState,
@@ -23,6 +22,7 @@ from mixed_cpus_hook.plan import (
     compute_release,
     describe,
 )
+from mixed_cpus_hook.node.cgroupfs import Dirs, Layout, Quota
 
 V1 = Layout(1, "/cg", "/cg/cpuset", "/cg/cpu,cpuacct")
 V2 = Layout(2, "/cg", "/cg", "/cg")

@@ -11,8 +11,8 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from mixed_cpus_hook.errors import RecordError
-from mixed_cpus_hook.records import (
+from mixed_cpus_hook.core.errors import RecordError
+from mixed_cpus_hook.store.records import (
     SCHEMA_VERSION,
     delete_record,
     list_records,
@@ -21,6 +21,7 @@ from mixed_cpus_hook.records import (
     save_record,
     state_lock,
 )
+
 
 def container_doc(cid: str, **extra: Any) -> Dict[str, Any]:
     """A valid container record (records are checked when loaded)."""
@@ -268,8 +269,8 @@ PER_WORKER = 20
 
 
 def _apply_many(config_path: str, cache_dir: str, state_files: List[str], command: str, errors: Any) -> None:
-    from mixed_cpus_hook.fastpath import parse_fast_args, run_hook
-    from mixed_cpus_hook.log import Reporter
+    from mixed_cpus_hook.frontends.hook.fastpath import parse_fast_args, run_hook
+    from mixed_cpus_hook.node.log import Reporter
 
     for state_file in state_files:
         stream = io.StringIO()

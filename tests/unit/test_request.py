@@ -6,8 +6,8 @@ from typing import Dict, Optional, Tuple
 
 import pytest
 
-from mixed_cpus_hook.errors import PolicyError, RequestError
-from mixed_cpus_hook.request import Request, compute_request, may_ask
+from mixed_cpus_hook.core.errors import PolicyError, RequestError
+from mixed_cpus_hook.core.request import Request, compute_request, may_ask
 
 PREFIX = "mixed-cpus.openshift.io"
 KUBE = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.namespace": "ran",
@@ -79,7 +79,7 @@ def test_refusal_names_the_configuration(config_where: str, named: str) -> None:
 
 
 def test_default_config_lets_no_namespace_ask() -> None:
-    from mixed_cpus_hook.config import Config
+    from mixed_cpus_hook.node.config import Config
 
     with pytest.raises(PolicyError, match="is empty \\(the default\\)"):
         compute_request(dict(KUBE, **ASK), PREFIX, Config().allowed_namespaces, "c", config_where="(defaults)")

@@ -15,9 +15,9 @@ from typing import Any, Callable, Dict, List
 import jsonschema
 import pytest
 
-from mixed_cpus_hook.config import Config
-from mixed_cpus_hook.errors import ConfigError, StateError
-from mixed_cpus_hook.validate import CONFIG_KEYS, check_config, check_state
+from mixed_cpus_hook.core.errors import ConfigError, StateError
+from mixed_cpus_hook.core.validate import CONFIG_KEYS, check_config, check_state
+from mixed_cpus_hook.node.config import Config
 
 NEWER_KEYWORDS = {"$defs", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                   "$vocabulary", "dependentRequired", "dependentSchemas", "unevaluatedProperties",

@@ -8,9 +8,14 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from mixed_cpus_hook.cli import (EXIT_DRIFT, compute_match_id, compute_row_state, compute_status_exit,
-                                 format_status_table)
-from mixed_cpus_hook.errors import UnknownContainerError
+from mixed_cpus_hook.core.errors import UnknownContainerError
+from mixed_cpus_hook.frontends.cli.main import (
+    EXIT_DRIFT,
+    compute_match_id,
+    compute_row_state,
+    compute_status_exit,
+    format_status_table,
+)
 
 IDS = ["3f2a9c1e7b6d5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a09",
        "3f2a9c1e7b6d00000000000000000000000000000000000000000000000000aa", "abc", "abcdef"]

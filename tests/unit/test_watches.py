@@ -18,11 +18,11 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from mixed_cpus_hook.errors import RecordError
-
-from mixed_cpus_hook import engine, records, watches
-from mixed_cpus_hook.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
-from mixed_cpus_hook.errors import CgroupError
+from mixed_cpus_hook.core.errors import CgroupError, RecordError
+from mixed_cpus_hook.frontends.systemd import watches
+from mixed_cpus_hook.node.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
+from mixed_cpus_hook.store import records
+from mixed_cpus_hook.usecases import engine
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "rpm" / "units"
@@ -445,7 +445,7 @@ def test_service_entry_stays_lean() -> None:
     # What the interpreter loads before any project code (a .pth file in a venv may import typing)
     # is not the service's doing: only what importing the modules adds counts.
     code = (f"import sys; before = set(sys.modules); "
-            "import mixed_cpus_hook.watches, mixed_cpus_hook.engine, mixed_cpus_hook.fastpath; "
+            "import mixed_cpus_hook.frontends.systemd.watches, mixed_cpus_hook.usecases.engine, mixed_cpus_hook.frontends.hook.fastpath; "
             f"print(sorted({heavy} & (set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -514,13 +514,13 @@ def test_unit_files_agree_with_the_code() -> None:
     service = u["mixed-cpus-hook-reconcile@.service"]
     assert values(service, "Unit", "StartLimitIntervalSec") == ["0"]
     assert values(service, "Service", "ExecStart") == [
-        "/usr/bin/python3 -I -m mixed_cpus_hook.watches reconcile %i --settle 0.1"]
+        "/usr/bin/python3 -I -m mixed_cpus_hook.frontends.systemd.watches reconcile %i --settle 0.1"]
     assert not service.has_section("Install")
     sync_path = u["mixed-cpus-hook-sync.path"]
     assert values(sync_path, "Path", "DirectoryNotEmpty") == [f"{state}/{records.PENDING}", f"{state}/{records.RECHECK}"]
     assert values(sync_path, "Path", "MakeDirectory") == ["yes"]
     assert values(u["mixed-cpus-hook-sync.service"], "Service", "ExecStart") == [
-        "/usr/bin/python3 -I -m mixed_cpus_hook.watches sync"]
+        "/usr/bin/python3 -I -m mixed_cpus_hook.frontends.systemd.watches sync"]
     # One service per trigger: systemd 252 gives a service the details of its first trigger only.
     for name, why in (("mixed-cpus-hook.service", "start-up"), ("mixed-cpus-hook-reconcile.service", '"periodic check"'),
                       ("mixed-cpus-hook-config.service", '"configuration or shared CPUs changed"')):

@@ -28,7 +28,7 @@ import v2_lifecycle as v2  # noqa: E402 (the v2 hook scenario beside this file)
 
 
 def write_checkpoint(path: str, entries: dict) -> None:
-    from mixed_cpus_hook.fakenode import format_checkpoint
+    from mixed_cpus_hook.testing.fakenode import format_checkpoint
 
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(format_checkpoint(entries, online=v2.read("/sys/devices/system/cpu/online") or ""))

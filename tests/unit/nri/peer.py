@@ -11,8 +11,8 @@ import socket
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from mixed_cpus_hook.nri import api, mux, ttrpc
-from mixed_cpus_hook.nri.plugin import Identity, Plugin
+from mixed_cpus_hook.frontends.nri.plugin import Identity, Plugin
+from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
 
 
 class Answer:
@@ -139,7 +139,7 @@ def pod_and_container(cid: str, name: str = "app", pod_uid: str = POD_UID, cpus:
                       quota: Optional[int] = 200000, ask: Optional[str] = "enable", namespace: str = "ran",
                       state: int = 1) -> Tuple[Any, Any]:
     """NRI's PodSandbox and Container for a fake node's container (cgroupfs driver), as containerd sends."""
-    from mixed_cpus_hook.fakenode import cgroups_path
+    from mixed_cpus_hook.testing.fakenode import cgroups_path
 
     pod = api.PodSandbox(id="sandbox-" + pod_uid[:8], name="du-0", uid=pod_uid, namespace=namespace)
     if ask is not None:

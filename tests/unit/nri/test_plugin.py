@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from mixed_cpus_hook.config import load_config
-from mixed_cpus_hook.errors import UsageError
-from mixed_cpus_hook.nri import api, mux, ttrpc
-from mixed_cpus_hook.nri.handlers import EVENTS, Handlers
-from mixed_cpus_hook.nri.plugin import Identity, Plugin, compute_identity, parse_socket_fd
+from mixed_cpus_hook.core.errors import UsageError
+from mixed_cpus_hook.frontends.nri.handlers import EVENTS, Handlers
+from mixed_cpus_hook.frontends.nri.plugin import Identity, Plugin, compute_identity, parse_socket_fd
+from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
+from mixed_cpus_hook.node.config import load_config
 
-from .peer import RuntimePeer, Running, create_request, pod_and_container
+from .peer import Running, RuntimePeer, create_request, pod_and_container
 
 APP = "a1" * 32
 OTHER = "b2" * 32

@@ -14,7 +14,7 @@ from typing import List
 import pytest
 from google.protobuf.message import DecodeError
 
-from mixed_cpus_hook.nri import api, mux, ttrpc
+from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
 
 
 def varint(n: int) -> bytes:

@@ -1,0 +1,137 @@
+"""The kernel's cgroup interface as plain data: layouts, cgroup dirs, quotas, file names and values.
+
+Pure: nothing here reads or writes a file. ``node.cgroupfs`` does the I/O with these.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import CgroupError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Optional
+else:
+    from .compat import NamedTuple
+
+# A pod cgroup: cgroupfs "pod<uid>", systemd "kubepods[-qos]-pod<uid_with_underscores>.slice".
+# Patterns are strings compiled on first use by re's own cache: a container start that does
+# not need one does not pay for compiling it. \Z, not $: "$" also matches before a newline.
+POD_DIR = r"^(?:pod[0-9A-Fa-f_-]+|(?:[A-Za-z0-9_]+-)*pod[0-9A-Fa-f_]+\.slice)\Z"
+# runc's systemd cgroupsPath "slice:prefix:name".
+SYSTEMD_PATH = r"^([A-Za-z0-9_.@\\:-]*\.slice|):([A-Za-z0-9_.-]+):([A-Za-z0-9_.@+-]+)\Z"
+CRUN_SUBGROUP = "container"
+
+
+class Layout(NamedTuple):
+    """Where the controllers live: ``cpuset_root`` and ``cpu_root`` are the same dir on v2."""
+
+    version: int
+    root: str
+    cpuset_root: str
+    cpu_root: str
+
+
+class Dirs(NamedTuple):
+    """A cgroup as its two controller directories (identical on v2)."""
+
+    cpuset: str
+    cpu: str
+
+
+class Quota(NamedTuple):
+    """CFS bandwidth: ``quota`` None means unlimited ("max" / -1)."""
+
+    quota: Optional[int]
+    period: int
+
+
+def parse_proc_cgroup(text: str) -> dict:
+    """Map controller (or "" for v2) to cgroup path from /proc/<pid>/cgroup text."""
+    paths = {}
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        controllers = fields[1].split(",") if fields[1] else [""]
+        for c in controllers:
+            paths[c] = fields[2]
+    return paths
+
+
+def compute_systemd_path(cgroups_path: str) -> Optional[str]:
+    """Expand runc's systemd form "slice:prefix:name" into a path; None if not that form."""
+    m = re.match(SYSTEMD_PATH, cgroups_path)
+    if not m:
+        return None
+    slice_name, prefix, name = m.groups()
+    parts = []
+    if slice_name and slice_name != "-.slice":
+        stem = slice_name[: -len(".slice")]
+        if not stem or stem.startswith("-") or stem.endswith("-") or "--" in stem:
+            return None
+        words = stem.split("-")
+        parts = ["-".join(words[: i + 1]) + ".slice" for i in range(len(words))]
+    unit = name if name.endswith(".slice") else f"{prefix}-{name}.scope"
+    return "/" + "/".join(parts + [unit])
+
+
+def _norm(rel: str) -> str:
+    return "/" + "/".join(p for p in rel.split("/") if p)
+
+
+def compute_spec_cgroup(cgroups_path: str, spec_where: str) -> str:
+    """The cgroup (relative to a hierarchy's root) that config.json's linux.cgroupsPath names."""
+    rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    if rel is None:
+        raise CgroupError(f"linux.cgroupsPath {cgroups_path!r} is neither a path nor slice:prefix:name", spec_where)
+    return rel
+
+
+def compute_cgroup_matches(found: str, named: str) -> bool:
+    """The cgroup a process is in is the one linux.cgroupsPath names, or crun's subgroup of it."""
+    found, named = _norm(found), _norm(named)
+    return found == named or found == named.rstrip("/") + "/" + CRUN_SUBGROUP
+
+
+def compute_pod_matches(pod_dir_name: str, pod_uid: str) -> bool:
+    """A pod cgroup's name is the pod's: cgroupfs ``pod<uid>``, systemd ``...-pod<uid_with_underscores>.slice``."""
+    if not pod_uid or "/" in pod_uid:
+        return False
+    if pod_dir_name == f"pod{pod_uid}":
+        return True
+    uid = pod_uid.replace("-", "_")
+    return pod_dir_name.endswith(f"-pod{uid}.slice") or pod_dir_name == f"pod{uid}.slice"
+
+
+def cpuset_file(layout: Layout, d: str) -> str:
+    return os.path.join(d, "cpuset.cpus")
+
+
+def effective_file(layout: Layout, d: str) -> str:
+    return os.path.join(d, "cpuset.effective_cpus" if layout.version == 1 else "cpuset.cpus.effective")
+
+
+def quota_file(layout: Layout, d: str) -> str:
+    return os.path.join(d, "cpu.cfs_quota_us" if layout.version == 1 else "cpu.max")
+
+
+def parse_quota_v2(text: str, where: str) -> Quota:
+    fields = text.split()
+    try:
+        if len(fields) != 2:
+            raise ValueError
+        period = int(fields[1])
+        quota = None if fields[0] == "max" else int(fields[0])
+    except ValueError:
+        raise CgroupError(f"unexpected content {text!r}", where) from None
+    return Quota(quota, period)
+
+
+def format_quota(layout: Layout, quota: Quota) -> str:
+    """The text to write into the quota file (v1 cfs_quota_us, v2 cpu.max)."""
+    if layout.version == 1:
+        return "-1" if quota.quota is None else str(quota.quota)
+    return f"{'max' if quota.quota is None else quota.quota} {quota.period}"

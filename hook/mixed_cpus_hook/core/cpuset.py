@@ -1,0 +1,80 @@
+"""Kernel cpulists ("0-3,8,10-11") as frozensets of CPU numbers. Pure functions only."""
+
+from __future__ import annotations
+
+from .errors import CpuListError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import AbstractSet, FrozenSet, Iterable
+
+# No node has more; it bounds what a pod author can make us allocate with "0-999999999".
+MAX_CPU = 8191
+
+
+def parse_cpulist(text: str, where: str = "cpulist") -> FrozenSet[int]:
+    """Parse a kernel cpulist; an empty or blank string is the empty set.
+
+    Accepts what the kernel prints and accepts: ranges, single CPUs, surrounding
+    whitespace and a trailing newline. Anything else is a CpuListError naming ``where``.
+    """
+    s = text.strip()
+    if not s:
+        return frozenset()
+    cpus: set = set()
+    for part in s.split(","):
+        item = part.strip()
+        lo_s, sep, hi_s = item.partition("-")
+        if not _is_number(lo_s) or (sep and not _is_number(hi_s)):
+            raise CpuListError(f"{text.strip()!r} is not a cpulist (bad item {item!r})", where)
+        lo = int(lo_s)
+        hi = int(hi_s) if sep else lo
+        if hi < lo:
+            raise CpuListError(f"{text.strip()!r} is not a cpulist (range {item!r} is reversed)", where)
+        if hi > MAX_CPU:
+            raise CpuListError(f"{text.strip()!r} names CPU {hi}, above the limit {MAX_CPU}", where)
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
+
+
+def _is_number(s: str) -> bool:
+    return s.isdigit() and s.isascii() and len(s) <= 5
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """Format CPUs the way the kernel prints them: sorted, every run of two or more as a range."""
+    ordered = sorted(set(cpus))
+    parts = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        if j == i:
+            parts.append(str(ordered[i]))
+        else:
+            parts.append(f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_cpulist_file(text: str, where: str) -> FrozenSet[int]:
+    """Parse a shared-CPU file: one cpulist, ``#`` comments and blank lines allowed.
+
+    Several non-comment lines are joined as one list, so "2\\n3" means "2,3".
+    """
+    items = []
+    for line in text.splitlines():
+        body = line.split("#", 1)[0].strip()
+        if body:
+            items.append(body)
+    return parse_cpulist(",".join(items), where)
+
+
+def require_subset(cpus: AbstractSet[int], allowed: AbstractSet[int], what: str, where: str) -> None:
+    """Raise CpuListError when ``cpus`` names a CPU outside ``allowed`` (e.g. the online set)."""
+    extra = set(cpus) - set(allowed)
+    if extra:
+        raise CpuListError(
+            f"{what} {format_cpulist(extra)} not in {format_cpulist(allowed) or 'the empty set'}", where
+        )

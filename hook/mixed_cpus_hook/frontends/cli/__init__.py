@@ -1,0 +1,1 @@
+"""The click command line and its views."""

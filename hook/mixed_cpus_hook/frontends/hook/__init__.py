@@ -1,0 +1,1 @@
+"""The createRuntime/poststop hook entry: standard library only."""

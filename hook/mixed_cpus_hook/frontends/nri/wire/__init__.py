@@ -1,0 +1,1 @@
+"""NRI's wire: ttrpc framing, the connection multiplexer and the protobuf messages."""

@@ -1,0 +1,1 @@
+"""What the systemd units run: watch links and units, the sync, the settle."""

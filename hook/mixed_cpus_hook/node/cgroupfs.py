@@ -1,0 +1,272 @@
+"""Finding a container's cgroups and reading/writing the few files the hook touches.
+
+Supports cgroup v1 (``cpuset`` and ``cpu`` hierarchies, ``cpu`` possibly a symlink to a
+co-mounted ``cpu,cpuacct``), hybrid hosts (v1 controllers plus an empty cgroup2 at
+``unified/``: the v1 controllers are used) and cgroup v2; the systemd and cgroupfs drivers;
+crun's ``container`` subgroup. Every directory is resolved and must stay below the cgroup
+root. Writes use os.write so that the kernel's refusal is seen at write(2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# The pure cgroup model lives in core.cgroup; names callers reach through this module are re-exported.
+from ..core.cgroup import (  # noqa: F401
+
+    CRUN_SUBGROUP,
+    POD_DIR,
+    SYSTEMD_PATH,
+    Dirs,
+    Layout,
+    Quota,
+    _norm,
+    compute_cgroup_matches,
+    compute_pod_matches,
+    compute_spec_cgroup,
+    compute_systemd_path,
+    cpuset_file,
+    effective_file,
+    format_quota,
+    parse_proc_cgroup,
+    parse_quota_v2,
+    quota_file,
+)
+from ..core.cpuset import parse_cpulist
+from ..core.errors import CgroupError, WriteError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import FrozenSet, List, Optional, Tuple
+
+
+def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
+    """Detect v1 (or hybrid) versus v2 from what is mounted at ``cgroup_root``."""
+    root = os.path.realpath(cgroup_root)
+    cpuset_v1 = os.path.join(root, "cpuset")
+    if os.path.isfile(os.path.join(cpuset_v1, "cpuset.cpus")):
+        for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            cpu_v1 = os.path.join(root, name)
+            if os.path.isfile(os.path.join(cpu_v1, "cpu.cfs_quota_us")):
+                return Layout(1, root, cpuset_v1, _inside(root, cpu_v1, "cpu hierarchy"))
+        raise CgroupError("cgroup v1 cpuset is mounted but no cpu controller hierarchy was found", root)
+    try:
+        # Binary read, then bytes.decode: open(encoding="ascii") would import encodings.ascii.
+        with open(os.path.join(root, "cgroup.controllers"), "rb") as f:
+            controllers = f.read().decode("ascii").split()
+    except OSError:
+        raise CgroupError("no cgroup v1 cpuset hierarchy and no cgroup v2 mount found", root) from None
+    missing = [c for c in ("cpuset", "cpu") if c not in controllers]
+    if missing:
+        raise CgroupError(f"cgroup v2 without the {' and '.join(missing)} controller", root)
+    return Layout(2, root, root, root)
+
+
+def _inside(root: str, path: str, what: str) -> str:
+    """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
+    real = os.path.realpath(path)
+    if not _is_below(root, real):
+        link = find_link(path)
+        via = f" (through the symbolic link {link[0]} -> {link[1]})" if link else ""
+        raise CgroupError(f"{what} {path} resolves to {real}, outside the cgroup root{via}", root)
+    return real
+
+
+def _is_below(root: str, real: str) -> bool:
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+def find_link(path: str) -> Optional[Tuple[str, str]]:
+    """The first symbolic link on ``path`` (deepest-last walk from "/"), and what it points to."""
+    cur = "/"
+    for part in [p for p in os.path.abspath(path).split("/") if p]:
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            try:
+                return cur, os.readlink(cur)
+            except OSError:
+                return cur, "?"
+    return None
+
+
+def _join(base: str, rel: str, what: str, root: str) -> str:
+    parts = [p for p in rel.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise CgroupError(f"{what} {rel!r} climbs out of its hierarchy", root)
+    return _inside(root, os.path.join(base, *parts), what)
+
+
+def _crun_parent(path: str, container_id: str) -> str:
+    """crun on v2 with systemd puts the process in "<scope>/container"; the scope is the container."""
+    head, tail = os.path.split(path.rstrip("/"))
+    if tail == CRUN_SUBGROUP and container_id in os.path.basename(head):
+        return head
+    return path
+
+
+def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: Optional[str],
+                     proc_root: str = "/proc", spec_where: str = "config.json") -> Tuple[Dirs, str]:
+    """The container's cgroup dirs and how they were found.
+
+    /proc/<pid>/cgroup says where the process is; it must be the cgroup ``cgroupsPath`` from
+    config.json names (or crun's subgroup of it): a state naming another process (pid 1,
+    another container) is refused, naming both. Without a ``cgroupsPath`` the cgroup's name
+    must contain the container id. ``cgroupsPath`` alone is used when the process is gone,
+    as in a manual run.
+    """
+    text = None
+    if pid > 0:
+        try:
+            with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            text = None
+    if text is not None:
+        paths = parse_proc_cgroup(text)
+        if layout.version == 1:
+            rel_cpuset, rel_cpu = paths.get("cpuset"), paths.get("cpu")
+        else:
+            rel_cpuset = rel_cpu = paths.get("")
+        if rel_cpuset is None or rel_cpu is None:
+            raise CgroupError(f"process {pid} is in no cgroup of the cpuset/cpu controllers", f"{proc_root}/{pid}/cgroup")
+        how = f"{proc_root}/{pid}/cgroup"
+    elif cgroups_path:
+        rel_cpuset = rel_cpu = compute_spec_cgroup(cgroups_path, spec_where)
+        how = f"linux.cgroupsPath {cgroups_path}"
+    else:
+        raise CgroupError(f"process {pid} is gone and there is no linux.cgroupsPath", spec_where)
+    found = (rel_cpuset, rel_cpu)
+    rel_cpuset = _crun_parent(rel_cpuset, container_id)
+    rel_cpu = _crun_parent(rel_cpu, container_id)
+    if rel_cpuset.strip("/") == "" or rel_cpu.strip("/") == "":
+        named = f" (linux.cgroupsPath names {cgroups_path})" if cgroups_path else ""
+        raise CgroupError(f"the container is in the root cgroup; refusing to change the whole node{named}", how)
+    dirs = Dirs(
+        _join(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
+        _join(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
+    )
+    if text is not None:
+        _check_same_cgroup(found, cgroups_path, container_id, pid, how, spec_where)
+    for d in dict.fromkeys(dirs):  # cpuset first: an ordered dedupe keeps the message reproducible
+        if not os.path.isdir(d):
+            raise CgroupError(f"container cgroup not found (from {how})", d)
+    return dirs, how
+
+
+def _check_same_cgroup(found: Tuple[str, str], cgroups_path: Optional[str], container_id: str, pid: int,
+                       how: str, spec_where: str) -> None:
+    """The process's cgroup must be this container's, as config.json names it."""
+    for rel in dict.fromkeys(found):
+        if cgroups_path:
+            named = _norm(compute_spec_cgroup(cgroups_path, spec_where))
+            if not compute_cgroup_matches(rel, named):
+                raise CgroupError(
+                    f"process {pid} is in {_norm(rel)} ({how}), not in {named}, the cgroup linux.cgroupsPath "
+                    f"{cgroups_path} names: the state names another process; refusing", spec_where)
+        elif container_id not in os.path.basename(_crun_parent(_norm(rel), container_id)):
+            raise CgroupError(
+                f"process {pid} is in {_norm(rel)} ({how}), whose name does not contain the container id "
+                f"{container_id}, and config.json has no linux.cgroupsPath: refusing", spec_where)
+
+
+def find_pod(layout: Layout, dirs: Dirs) -> Optional[Dirs]:
+    """The pod cgroup is the container's parent when it is named like one kubelet makes."""
+    parents = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
+    if not all(re.match(POD_DIR, os.path.basename(p)) for p in parents):
+        return None
+    return parents
+
+
+def ancestors(layout: Layout, cpuset_dir: str) -> List[str]:
+    """cpuset dirs from just below the hierarchy root down to ``cpuset_dir``'s parent."""
+    rel = os.path.relpath(os.path.dirname(cpuset_dir), layout.cpuset_root)
+    out: List[str] = []
+    if rel == ".":
+        return out
+    cur = layout.cpuset_root
+    for part in rel.split("/"):
+        cur = os.path.join(cur, part)
+        out.append(cur)
+    return out
+
+
+def read_text(path: str) -> str:
+    """One cgroupfs file, stripped; a CgroupError names it when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise CgroupError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        return os.read(fd, 65536).decode("ascii", "replace").strip()
+    except OSError as exc:
+        raise CgroupError(f"cannot read: {exc.strerror}", path) from None
+    finally:
+        os.close(fd)
+
+
+def read_cpus(layout: Layout, d: str) -> FrozenSet[int]:
+    """The cpuset a cgroup asks for; on v2 an empty request means it inherits its effective set."""
+    path = cpuset_file(layout, d)
+    cpus = parse_cpulist(read_text(path), path)
+    if not cpus and layout.version == 2:
+        eff = effective_file(layout, d)
+        cpus = parse_cpulist(read_text(eff), eff)
+    return cpus
+
+
+def read_requested_cpus(layout: Layout, d: str) -> FrozenSet[int]:
+    """cpuset.cpus exactly as written (may be empty on v2)."""
+    path = cpuset_file(layout, d)
+    return parse_cpulist(read_text(path), path)
+
+
+def read_effective_cpus(layout: Layout, d: str) -> FrozenSet[int]:
+    path = effective_file(layout, d)
+    return parse_cpulist(read_text(path), path)
+
+
+def read_quota(layout: Layout, d: str) -> Quota:
+    path = quota_file(layout, d)
+    if layout.version == 2:
+        return parse_quota_v2(read_text(path), path)
+    try:
+        quota = int(read_text(path))
+        period = int(read_text(os.path.join(d, "cpu.cfs_period_us")))
+    except ValueError:
+        raise CgroupError("unexpected content in the CFS quota or period", d) from None
+    return Quota(None if quota < 0 else quota, period)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write one value with a single write(2), so the kernel's verdict reaches us."""
+    try:
+        # O_TRUNC is a no-op on cgroupfs (like the shell's ">"), but on a plain file (a fake
+        # node) a shorter value must not leave the tail of the longer old one behind.
+        # O_NOFOLLOW: a cgroup file is never a symbolic link; one planted there must not
+        # redirect the write (e.g. a pod's quota file pointing at a file outside the root).
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise WriteError(f"is a symbolic link (to {_readlink(path)}); a cgroup file never is: refusing to write "
+                             "through it", path) from None
+        raise WriteError(f"cannot open for writing: {exc.strerror}", path) from None
+    try:
+        data = text.encode("ascii")
+        if os.write(fd, data) != len(data):
+            raise WriteError(f"short write of {text!r}", path)
+    except OSError as exc:
+        import errno  # only on this failure path
+
+        hint = {errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
+                errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
+        raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
+    finally:
+        os.close(fd)
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"

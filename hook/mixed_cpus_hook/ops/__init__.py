@@ -1,0 +1,1 @@
+"""Operations: the node doctor (``check``), the MachineConfig generator, the affinity probe."""

@@ -1,0 +1,1 @@
+"""The record store: the state directory's typed records, their lock and queues."""

@@ -1,0 +1,1 @@
+"""Fake nodes for the quick start, the demo and the tests."""
