@@ -38,7 +38,8 @@ from mixed_cpus_hook.node.log import Reporter  # noqa: E402
 from mixed_cpus_hook.node.oci import State  # noqa: E402
 from mixed_cpus_hook.store.records import mark_pending  # noqa: E402
 from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: E402
-from mixed_cpus_hook.usecases import engine  # noqa: E402
+from mixed_cpus_hook.usecases.apply import apply_state  # noqa: E402
+from mixed_cpus_hook.usecases.reconcile import reconcile  # noqa: E402
 
 SHARED, EXCLUSIVE, MIXED = "0-1", "2-3", "0-3"
 
@@ -106,7 +107,7 @@ def build(root: str, n: int):
         paths = node.add_container(cid, pod_uid=f"00000000-0000-0000-0000-{i:012x}", cpus=EXCLUSIVE,
                                    quota=200000, pod_quota=200000)
         state = State(id=cid, pid=0, bundle=paths["bundle"], annotations={}, has_annotations=False)
-        engine.apply_state(state, config, rep)
+        apply_state(state, config, rep)
         ids.append((cid, paths["rel"]))
     return node, config, rep, ids
 
@@ -146,18 +147,18 @@ def run_size(n: int, args: argparse.Namespace) -> tuple:
         built = time.perf_counter() - t0
         counter = Counter(os.path.realpath(node.cgroup_root), node.state_dir)
         cid, rel = ids[n // 2]
-        one_t, one_c = measure(counter, lambda: engine.reconcile(config, rep, only=cid),
+        one_t, one_c = measure(counter, lambda: reconcile(config, rep, only=cid),
                                lambda: rewrite(node, rel), args.repeat)
         assert node.read(rel, "cpuset.cpus") == MIXED
         # the in-sync case: a trigger that finds nothing to do
-        insync_t, insync_c = measure(counter, lambda: engine.reconcile(config, rep, only=cid),
+        insync_t, insync_c = measure(counter, lambda: reconcile(config, rep, only=cid),
                                      lambda: None, args.repeat)
         stub = StubSystemd()
         watches.sync(config, rep, systemd=stub)  # the marks every apply left: watch them all
         assert len(stub.active) == 3 * n  # cpuset, quota and pod quota of each
         sync_t, sync_c = measure(counter, lambda: watches.sync(config, rep, systemd=stub),
                                  lambda: mark_pending(config.state_dir, cid), args.repeat)
-        all_t, all_c = measure(counter, lambda: engine.reconcile(config, rep),
+        all_t, all_c = measure(counter, lambda: reconcile(config, rep),
                                lambda: rewrite(node, rel), args.repeat)
         full_t, full_c = measure(counter, lambda: watches.sync(config, rep, full=True, systemd=stub),
                                  lambda: None, args.repeat)

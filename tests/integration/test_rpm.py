@@ -221,7 +221,7 @@ def test_installed_package_runs(payload: Path) -> None:
     assert proc.returncode == 0 and "--kubelet-config" in proc.stdout, proc.stderr
     # The hook path imports only the standard library.
     proc = run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {sitelib!r}); "
-                "import mixed_cpus_hook.frontends.hook.fastpath, mixed_cpus_hook.usecases.engine; "
+                "import mixed_cpus_hook.frontends.hook.fastpath, mixed_cpus_hook.usecases.apply; "
                 "print(sorted({'click', 'yaml', 'jsonschema', 'psutil'} & set(sys.modules)))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 

@@ -71,7 +71,7 @@ def test_mixed_container_lifecycle(mch_node, mch_runc):
     assert rec["cgroup"]["cpuset"] == node.cgroup_dir("cpuset", rel)
     assert rec["pod_key"] == f"pod{pod.uid}"
     assert (rec["namespace"], rec["pod"], rec["container"]) == ("it-ns", "it-pod", "app")
-    assert node.record(f"pod{pod.uid}", "pods")["members"] == [cid]
+    assert [m["id"] for m in node.record(f"pod{pod.uid}", "pods")["members"]] == [cid]
     code, rows = status_rows(node)
     assert code == 0 and [r["in_sync"] for r in rows] == [True], rows
 
@@ -127,7 +127,7 @@ def test_two_mixed_containers_share_the_pod_quota(mch_node, mch_runc):
         assert proc.returncode == 0, proc.stderr
     assert pod.quota() == 400000  # 200000 + 2 containers x 1 shared CPU x 100000
     assert node.records() == sorted(ids)
-    assert node.record(f"pod{pod.uid}", "pods")["members"] == sorted(ids)
+    assert [m["id"] for m in node.record(f"pod{pod.uid}", "pods")["members"]] == sorted(ids)
 
     runc.stop(ids[0])
     assert runc.cmd("delete", ids[0]).returncode == 0

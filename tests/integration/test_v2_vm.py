@@ -255,7 +255,7 @@ def assert_mixed(runtime: str, step: dict, cid: str, cgroup: str, pod_key: str) 
         f"{name}: record\n{show(rec)}")
     assert (rec["namespace"], rec["container"]) == ("vm-ns", "du"), f"{name}: record\n{show(rec)}"
     prec = recs["pods"][pod_key]
-    assert prec["members"] == [cid], f"{name}: pod record\n{show(prec)}"
+    assert [m["id"] for m in prec["members"]] == [cid], f"{name}: pod record\n{show(prec)}"
     assert prec["quota"] == {"base": POD_QUOTA, "applied": POD_RAISED, "period": PERIOD, "ours": [POD_RAISED]}, (
         f"{name}: pod record\n{show(prec)}")
 

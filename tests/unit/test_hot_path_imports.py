@@ -80,7 +80,7 @@ def test_apply_then_steady_state(pod: Dict[str, Any], tmp_path: Path) -> None:
     steady = run_probe(tmp_path, argv, pod["app"]["state"], pod["cache"])
     assert_lean(steady)
     assert steady["stdout"] == "" and steady["stderr"] == ""
-    assert "mixed_cpus_hook.usecases.engine" in steady["modules"], "the probe did not reach the engine"
+    assert "mixed_cpus_hook.usecases.apply" in steady["modules"], "the probe did not reach the engine"
 
 
 def test_container_that_does_not_ask(pod: Dict[str, Any], tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_container_that_does_not_ask(pod: Dict[str, Any], tmp_path: Path) -> Non
     assert_lean(result)
     assert result["stdout"] == "" and result["stderr"] == ""
     # It bows out before the configuration: not even the engine is loaded.
-    assert "mixed_cpus_hook.usecases.engine" not in result["modules"]
+    assert "mixed_cpus_hook.usecases.apply" not in result["modules"]
     assert "mixed_cpus_hook.node.config" not in result["modules"]
 
 

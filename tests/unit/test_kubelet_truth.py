@@ -18,7 +18,7 @@ import pytest
 
 from mixed_cpus_hook.node.cgroupfs import Quota
 from mixed_cpus_hook.node.config import load_config
-from mixed_cpus_hook.usecases.engine import ContainerFacts, admit_container, update_container
+from mixed_cpus_hook.usecases.nri import ContainerFacts, NriEngine
 
 POD = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 OTHER_POD = "99999999-aaaa-bbbb-cccc-123456789abc"
@@ -304,40 +304,41 @@ def _facts(truth: Truth, cpus: str = "2-3") -> ContainerFacts:
 
     ann = {"io.kubernetes.pod.namespace": "ran", "io.kubernetes.pod.name": "du-0", "io.kubernetes.pod.uid": POD,
            "io.kubernetes.container.name": "app", "mixed-cpus.openshift.io/app": "enable"}
-    return ContainerFacts(CID, ann, parse_cpulist(cpus), 200000, 100000, "/" + truth.rel,
+    return ContainerFacts(CID, ann, parse_cpulist(cpus), Quota(200000, 100000), "/" + truth.rel,
                           "/" + truth.paths["pod_rel"])
 
 
 def test_nri_admit_and_update_follow_the_checkpoint(truth: Truth, reporter: Any) -> None:
     from mixed_cpus_hook.core.cpuset import parse_cpulist as cpus
 
-    config = load_config(truth.node.config_path)
+    engine = NriEngine(load_config(truth.node.config_path), reporter.reporter)
     truth.checkpoint("4-5")
-    adj = admit_container(_facts(truth), config, reporter.reporter)
+    adj = engine.create(_facts(truth)).adjust
     assert adj is not None
     assert (adj.cpus, adj.exclusive, adj.quota) == (cpus("0-1,4-5"), cpus("4-5"), 400000)
     assert dict(adj.env)["OPENSHIFT_ISOLATED_CPUS"] == "4-5"
     assert truth.record()["exclusive_source"] == "kubelet-checkpoint"
     # idempotent: the same answer, and nothing written the second time (no lines)
-    assert admit_container(_facts(truth), config, reporter.reporter) == adj._replace(lines=())
+    again = engine.create(_facts(truth))
+    assert again.adjust == adj and again.outcome.lines == ()
     # kubelet's update with config.json's old cpus: the checkpoint still says 4-5
-    adj = update_container(CID, cpus("2-3"), None, config, reporter.reporter)
+    adj = engine.update(CID, cpus("2-3"), None).adjust
     assert adj is not None and adj.cpus == cpus("0-1,4-5")
     # kubelet restarted and moved it to 6-7: its update and the checkpoint agree
     truth.checkpoint("6-7")
-    adj = update_container(CID, cpus("6-7"), Quota(200000, 100000), config, reporter.reporter)
+    adj = engine.update(CID, cpus("6-7"), Quota(200000, 100000)).adjust
     assert adj is not None and (adj.cpus, adj.exclusive, adj.quota) == (cpus("0-1,6-7"), cpus("6-7"), 400000)
     assert truth.record()["exclusive"] == "6-7"
     # a shared-pool update is rewritten to the checkpoint's entry, never recorded as exclusive
-    adj = update_container(CID, cpus("0-7"), None, config, reporter.reporter)
+    adj = engine.update(CID, cpus("0-7"), None).adjust
     assert adj is not None and adj.cpus == cpus("0-1,6-7")
     assert truth.record()["exclusive"] == "6-7"
 
 
 def test_nri_admit_refuses_an_entry_on_the_shared_cpus(truth: Truth, reporter: Any) -> None:
-    config = load_config(truth.node.config_path)
+    engine = NriEngine(load_config(truth.node.config_path), reporter.reporter)
     truth.checkpoint("1-2")
-    assert admit_container(_facts(truth), config, reporter.reporter) is None
+    assert engine.create(_facts(truth)).adjust is None
     assert "overlaps the shared CPUs 0-1" in reporter.stream.getvalue()
     assert truth.node.records("containers") == {}
 

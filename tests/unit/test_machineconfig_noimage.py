@@ -210,8 +210,8 @@ def test_noimage_hook_refused(text: str, match: str) -> None:
 
 def test_noimage_refusals(tmp_path: Path) -> None:
     sources, units, hooks, tmpfiles = read_noimage_files()
-    with pytest.raises(UsageError, match="the package's modules usecases/engine.py are missing"):
-        compute_noimage_machineconfig("worker", "2", {k: v for k, v in sources.items() if k != "usecases/engine.py"},
+    with pytest.raises(UsageError, match="the package's modules usecases/apply.py are missing"):
+        compute_noimage_machineconfig("worker", "2", {k: v for k, v in sources.items() if k != "usecases/apply.py"},
                                       units, hooks, tmpfiles)
     with pytest.raises(UsageError, match="cannot enable nope.path: no such unit in the package"):
         compute_noimage_machineconfig("worker", "2", sources, units, hooks, tmpfiles, enabled=["nope.path"])
@@ -298,7 +298,8 @@ def test_noimage_modules_are_all_that_runs(node: Any, tmp_path: Path) -> None:
     lay_out(make_mc(node), laid.root)
     lib = node_path(laid.root, "/usr/local/lib/mixed-cpus-hook")
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import mixed_cpus_hook.frontends.entry, mixed_cpus_hook.frontends.systemd.watches, "
-             "mixed_cpus_hook.usecases.engine, mixed_cpus_hook.usecases.metrics, mixed_cpus_hook.node.kubelet; "
+             "mixed_cpus_hook.usecases.apply, mixed_cpus_hook.usecases.metrics, mixed_cpus_hook.node.kubelet, "
+             "mixed_cpus_hook.usecases.reconcile; "
              "print(' '.join(sorted(m.split('.', 1)[1].replace('.', '/') + ('/__init__' if hasattr(mod, '__path__') "
              "else '') for m, mod in sys.modules.items() if m.startswith('mixed_cpus_hook.'))))")
     proc = ok(subprocess.run(BARE + ["-c", probe, lib], capture_output=True, text=True))

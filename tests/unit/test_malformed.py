@@ -286,7 +286,7 @@ ROWS: Dict[str, Row] = {
                           "record error: {state_dir}/containers/abc.json: invalid record: not JSON"),
     "record-of-another-schema": Row("node", lambda c: c.write_file(os.path.join(c.node.state_dir, "containers/abc.json"),
                                                                    '{"schema": 99}'),
-                                    "record error: {state_dir}/containers/abc.json: invalid record: not a schema 1 record"),
+                                    "record error: {state_dir}/containers/abc.json: invalid record: not a schema 1 or 2 record"),
     # issue 9: a state naming another process, a pod that is not the annotations', symlinks planted below
     "proc-pid-1-in-sshd": Row("node", lambda c: c.proc("12:cpuset:/system.slice/sshd.service\n"
                                                        "5:cpu,cpuacct:/system.slice/sshd.service\n"

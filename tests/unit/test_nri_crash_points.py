@@ -1,18 +1,19 @@
 """Crash points of NRI mode: the plugin killed right before each of its state changes.
 
 The hook's commands are killed for real (strace) in tests/integration/test_crash_points.py;
-the plugin is a long-running process whose requests run in-process, so here each engine
-call of a request (admit_container for CreateContainer, update_container for
-UpdateContainer, release_container for StopContainer) runs on a fake node with the N-th
+the plugin is a long-running process whose requests run in-process, so here each NRI engine
+event (NriEngine.create for CreateContainer, .update for UpdateContainer, .stop for
+StopContainer) runs on a fake node with the N-th
 state-changing system call (os.write to a file, os.open creating or truncating, os.replace,
 os.rename, os.unlink, os.mkdir) replaced by a BaseException that nothing catches: the
 process image as a SIGKILL would leave it. Then what the real world does next:
 
 * the runtime goes on without the plugin: the container gets kubelet's values unadjusted
-  (a create), kubelet's update lands as sent (an update), or the container goes (a stop);
-* the plugin restarts and the runtime's Synchronize runs the same engine calls as
-  handlers.compute_sync (tracked: update_container; untracked and asking: admit_container;
-  gone: release_container), whose answers the runtime writes;
+  (a create), kubelet's update lands as sent (an update), or the container and its cgroup go
+  (a stop);
+* the plugin restarts and the runtime's Synchronize (NriEngine.synchronize: tracked containers
+  decided again, untracked asking ones admitted, records whose container and cgroup are gone
+  released) answers updates, which the runtime writes;
 * the periodic reconcile runs.
 
 Then every tracked container is mixed with its quota at its base plus one share, the pod's
@@ -31,8 +32,10 @@ import pytest
 from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
 from mixed_cpus_hook.node.cgroupfs import Quota
 from mixed_cpus_hook.node.config import load_config
-from mixed_cpus_hook.store.records import list_records, state_lock
-from mixed_cpus_hook.usecases import engine
+from mixed_cpus_hook.store.records import list_records
+from mixed_cpus_hook.usecases.status import read_status_report
+from mixed_cpus_hook.core.model import Adjustment, Resources
+from mixed_cpus_hook.usecases.nri import ContainerFacts, NriEngine
 
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 POD_BASE = 1000000
@@ -118,23 +121,31 @@ class World:
             if self.kill is not None:
                 self.kill.active = True
 
-    def facts(self, cid: str) -> engine.ContainerFacts:
+    def engine(self) -> NriEngine:
+        """A plugin process: a fresh engine per request (a restarted plugin knows nothing)."""
+        return NriEngine(self.config, self.reporter)
+
+    def facts(self, cid: str) -> ContainerFacts:
         """What the runtime says of the container: its cgroup's current values (kubelet's at a create)."""
         rel = self.paths[cid]["rel"]
         quota = self.node.quota(rel)
         ann = {"io.kubernetes.pod.namespace": "ran", "io.kubernetes.pod.name": "du-0",
                "io.kubernetes.pod.uid": POD_UID, "io.kubernetes.container.name": cid,
                f"mixed-cpus.openshift.io/{cid}": "enable"}
-        return engine.ContainerFacts(cid, ann, parse_cpulist(self.node.read(rel, "cpuset.cpus")),
-                                     None if quota in ("-1", "max") else int(quota), PERIOD, "/" + rel,
-                                     "/" + self.pod_rel)
+        return ContainerFacts(cid, ann, parse_cpulist(self.node.read(rel, "cpuset.cpus")),
+                              Quota(None if quota in ("-1", "max") else int(quota), PERIOD), "/" + rel,
+                              "/" + self.pod_rel)
 
-    def runtime_writes(self, cid: str, adj: Optional[engine.Adjustment]) -> None:
+    def runtime_writes(self, cid: str, res: Optional[Resources]) -> None:
         """runc writes what the plugin answered (or kubelet's values when it answered nothing)."""
-        if adj is not None:
+        if res is not None:
             rel = self.paths[cid]["rel"]
-            self._as_others(lambda: (self.node.write(rel, "cpuset.cpus", format_cpulist(adj.cpus)),
-                                     self.node.set_quota(rel, adj.quota)))
+            self._as_others(lambda: (self.node.write(rel, "cpuset.cpus", format_cpulist(res.cpus)),
+                                     self.node.set_quota(rel, res.quota)))
+
+    @staticmethod
+    def resources(adj: Optional[Adjustment]) -> Optional[Resources]:
+        return None if adj is None else adj.resources
 
     def kubelet_values(self, cid: str, cpus: str, quota: Optional[int] = None) -> None:
         rel = self.paths[cid]["rel"]
@@ -143,36 +154,32 @@ class World:
 
     # the requests ---------------------------------------------------------------------
     def create(self, cid: str) -> None:
-        self.runtime_writes(cid, engine.admit_container(self.facts(cid), self.config, self.reporter))
+        self.runtime_writes(cid, self.resources(self.engine().create(self.facts(cid)).adjust))
 
     def update(self, cid: str, cpus: str, quota: Optional[int] = None) -> None:
-        adj = engine.update_container(cid, parse_cpulist(cpus), None if quota is None else Quota(quota, PERIOD),
-                                      self.config, self.reporter)
+        adj = self.engine().update(cid, parse_cpulist(cpus), None if quota is None else Quota(quota, PERIOD)).adjust
         if adj is None:
             self.kubelet_values(cid, cpus, quota)
         else:
-            self.runtime_writes(cid, adj)
+            self.runtime_writes(cid, adj.resources)
 
     def stop(self, cid: str) -> None:
-        with state_lock(self.config.state_dir):
-            engine.release_container(cid, self.config, self.reporter, why="stopped")
+        self.engine().stop(cid)
+
+    def container_goes(self, cid: str) -> None:
+        """The runtime removes a stopped container: its cgroup goes."""
+        rel = self.paths[cid]["rel"]
+        self._as_others(lambda: [shutil.rmtree(os.path.dirname(self.node.path(rel, name)), ignore_errors=True)
+                                 for name in ("cpuset.cpus", self.node.quota_name())])
 
     def synchronize(self, running: List[str]) -> None:
-        """handlers.compute_sync's engine calls (with the runtime's current values), answered as the runtime
-        applies them."""
-        for cid in running:
-            facts = self.facts(cid)
-            adj = engine.update_container(cid, facts.cpus, Quota(facts.quota, PERIOD), self.config, self.reporter)
-            if adj is None:
-                adj = engine.admit_container(self.facts(cid), self.config, self.reporter)
-            self.runtime_writes(cid, adj)
-        tracked = list_records(self.config.state_dir, "containers")
-        for cid in tracked:
-            if cid not in running:
-                self.stop(cid)
+        """The runtime's Synchronize (the running containers with their current values), its updates applied."""
+        answer = self.engine().synchronize([self.facts(cid) for cid in running])
+        for update in answer.updates:
+            self.runtime_writes(update.container_id, update.resources)
 
     def reconcile(self) -> None:
-        engine.reconcile(self.config, self.reporter, reason="reapplied (nri periodic)")
+        self.engine().reconcile()
 
     # the checks -----------------------------------------------------------------------
     def problems(self, tracked: List[str], bases: Dict[str, int]) -> List[str]:
@@ -194,7 +201,7 @@ class World:
         left = [f for d, _s, fs in os.walk(self.config.state_dir) for f in fs if f.endswith(".tmp")]
         if left:
             out.append(f"temporary files left: {left}")
-        rows, _problems = engine.read_status_report(self.config)
+        rows, _problems = read_status_report(self.config)
         out += [f"status {r['id']}: {r['problem'] or 'not in sync'}" for r in rows if not r["in_sync"]]
         return out
 
@@ -223,8 +230,8 @@ SCENARIOS: Dict[str, Scenario] = {
     # an in-place resize of c1's quota (kubelet's new base 150000)
     "update-resize": (lambda w: (w.create("c1"), w.create("c2")), lambda w: w.update("c1", "2", 150000),
                       lambda w: w.kubelet_values("c1", "2", 150000), ["c1", "c2"], {"c1": 150000, "c2": BASE}),
-    "stop": (lambda w: (w.create("c1"), w.create("c2")), lambda w: w.stop("c1"), lambda w: None, ["c2"],
-             {"c2": BASE}),
+    "stop": (lambda w: (w.create("c1"), w.create("c2")), lambda w: w.stop("c1"), lambda w: w.container_goes("c1"),
+             ["c2"], {"c2": BASE}),
 }
 
 

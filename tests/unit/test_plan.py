@@ -5,24 +5,15 @@ No files: layouts and directories are plain values, and expected writes are writ
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import pytest
 
 from mixed_cpus_hook.core.cpuset import parse_cpulist
-from mixed_cpus_hook.core.plan import (
-    Observed,
-    Plan,
-    QuotaState,
-    Write,
-    compute_exclusive,
-    compute_plan,
-    compute_quota,
-    compute_quota_hint,
-    compute_release,
-    describe,
-)
-from mixed_cpus_hook.node.cgroupfs import Dirs, Layout, Quota
+from mixed_cpus_hook.core.cgroup import Dirs, Layout, Quota
+from mixed_cpus_hook.core.desired import Desired, compute_exclusive, compute_pod_quota
+from mixed_cpus_hook.core.plan import Observed, Write, compute_plan, compute_release, describe
+from mixed_cpus_hook.core.quota import MCPU, QuotaState, compute_quota, compute_quota_hint
 
 V1 = Layout(1, "/cg", "/cg/cpuset", "/cg/cpu,cpuacct")
 V2 = Layout(2, "/cg", "/cg", "/cg")
@@ -146,7 +137,7 @@ QUOTAS = [
 ])
 def test_compute_quota_with_kubelets_hint(current: Quota, prev: QuotaState, extra: int, hint: Optional[int],
                                           expected: QuotaState) -> None:
-    assert compute_quota(current, prev, extra, hint) == expected
+    assert compute_quota(current, prev, extra * MCPU, hint) == expected
 
 
 @pytest.mark.parametrize("prev,prev_excl,excl,expected", [
@@ -163,17 +154,40 @@ def test_compute_quota_hint(prev: Optional[QuotaState], prev_excl: Optional[str]
 
 @pytest.mark.parametrize("current,prev,extra,expected", QUOTAS)
 def test_compute_quota(current: Quota, prev: Optional[QuotaState], extra: int, expected: QuotaState) -> None:
-    assert compute_quota(current, prev, extra) == expected
+    assert compute_quota(current, prev, extra * MCPU) == expected
 
 
 def test_compute_quota_is_idempotent() -> None:
-    state = compute_quota(Quota(200000, P), None, 2)
+    state = compute_quota(Quota(200000, P), None, 2 * MCPU)
     for _ in range(5):
-        state = compute_quota(Quota(state.applied, P), state, 2)
+        state = compute_quota(Quota(state.applied, P), state, 2 * MCPU)
     assert state == Q(200000, 400000)
 
 
 # -- compute_plan ---------------------------------------------------------------------------
+
+class Plan(NamedTuple):
+    """compute_plan's writes with the decision they carry out."""
+
+    writes: Tuple[Write, ...]
+    desired: frozenset
+    quota: QuotaState
+    pod_quota: Optional[QuotaState]
+
+
+def plan_for(layout: Layout, dirs_: Dirs, pod: Optional[Dirs], observed: Observed, exclusive: frozenset,
+             shared: frozenset, prev_quota: Optional[QuotaState], prev_pod_quota: Optional[QuotaState],
+             members: int) -> Plan:
+    """The decision (quota and pod quota, as core.desired makes them) and the plan that writes it."""
+    share = len(shared) * MCPU
+    quota = compute_quota(observed.quota, prev_quota, share)
+    desired = Desired("mixed", exclusive, shared, "spec", quota, share)
+    pod_quota = None
+    if pod is not None and observed.pod_quota is not None:
+        pod_quota = compute_pod_quota(observed.pod_quota, prev_pod_quota, [share] * members, prev_quota, quota)
+    writes = compute_plan(layout, dirs_, pod, observed, desired, pod_quota, members, share * members)
+    return Plan(writes, desired.cpus, quota, pod_quota)
+
 
 class PlanCase:
     """Inputs of compute_plan in a readable form; ``writes`` lists (file under /cg, old, new)."""
@@ -193,9 +207,9 @@ class PlanCase:
 
     def plan(self, observed: Optional[Observed] = None, prev_quota: Optional[QuotaState] = None,
              prev_pod_quota: Optional[QuotaState] = None) -> Plan:
-        return compute_plan(self.layout, self.dirs, self.pod, observed or self.observed, self.exclusive, self.shared,
-                            prev_quota if observed else self.prev_quota,
-                            prev_pod_quota if observed else self.prev_pod_quota, self.members)
+        return plan_for(self.layout, self.dirs, self.pod, observed or self.observed, self.exclusive, self.shared,
+                        prev_quota if observed else self.prev_quota,
+                        prev_pod_quota if observed else self.prev_pod_quota, self.members)
 
 
 def short(plan: Plan) -> List[Tuple[str, str, str]]:
@@ -319,8 +333,8 @@ def test_pod_members_are_counted_not_accumulated() -> None:
     state = None
     pod_quota = 200000
     for _ in range(4):
-        plan = compute_plan(case.layout, case.dirs, case.pod, case.observed._replace(pod_quota=Quota(pod_quota, P)),
-                            case.exclusive, case.shared, None, state, 3)
+        plan = plan_for(case.layout, case.dirs, case.pod, case.observed._replace(pod_quota=Quota(pod_quota, P)),
+                        case.exclusive, case.shared, None, state, 3)
         state = plan.pod_quota
         pod_quota = state.applied
     assert pod_quota == 200000 + 3 * 2 * P
@@ -345,7 +359,7 @@ RELEASES = [
 @pytest.mark.parametrize("current,prev,left,write,target", RELEASES)
 def test_compute_release(current: Quota, prev: Optional[QuotaState], left: int, write, target: QuotaState) -> None:
     pod = dirs(V1, POD)
-    got_write, got_target = compute_release(V1, pod, current, prev, 2, left)
+    got_write, got_target = compute_release(V1, pod, current, prev, [2 * MCPU] * left)
     assert got_target == target
     if write is None:
         assert got_write is None
@@ -355,7 +369,7 @@ def test_compute_release(current: Quota, prev: Optional[QuotaState], left: int, 
 
 
 def test_compute_release_v2_format() -> None:
-    write, _ = compute_release(V2, dirs(V2, POD), Quota(400000, P), Q(200000, 400000), 2, 0)
+    write, _ = compute_release(V2, dirs(V2, POD), Quota(400000, P), Q(200000, 400000), [])
     assert (write.old, write.new) == ("400000 100000", "200000 100000")
 
 

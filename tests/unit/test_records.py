@@ -17,8 +17,9 @@ from mixed_cpus_hook.store.records import (
     delete_record,
     list_records,
     load_record,
+    read_document,
     record_path,
-    save_record,
+    save_document,
     state_lock,
 )
 
@@ -36,7 +37,7 @@ def container_doc(cid: str, **extra: Any) -> Dict[str, Any]:
 
 def pod_doc(key: str, **extra: Any) -> Dict[str, Any]:
     doc = {"schema": SCHEMA_VERSION, "key": key, "cgroup": {"cpuset": "/a", "cpu": "/b"},
-           "quota": None, "members": ["c1"]}
+           "quota": None, "members": [{"id": "c1", "share_mcpu": 2000}]}
     doc.update(extra)
     return doc
 
@@ -67,7 +68,7 @@ def test_names_that_are_not_one_component_are_refused(tmp_path: Path, kind: str,
     state_dir = str(tmp_path / "state")
     for call in (lambda: record_path(state_dir, kind, name),
                  lambda: load_record(state_dir, kind, name),
-                 lambda: save_record(state_dir, kind, name, {"schema": 1}),
+                 lambda: save_document(state_dir, kind, name, {"schema": 1}),
                  lambda: delete_record(state_dir, kind, name)):
         with pytest.raises(RecordError) as info:
             call()
@@ -91,9 +92,10 @@ ACCEPTED_NAMES = [
 def test_plain_names_round_trip(tmp_path: Path, kind: str, name: str) -> None:
     state_dir = str(tmp_path / "state")
     doc = doc_for(kind, name)
-    path = save_record(state_dir, kind, name, doc)
+    path = save_document(state_dir, kind, name, doc)
     assert path == os.path.join(state_dir, kind, name + ".json")
-    assert load_record(state_dir, kind, name) == doc
+    assert read_document(state_dir, kind, name) == doc
+    assert load_record(state_dir, kind, name)[0] == name  # the typed record: its id, or its key
     assert list_records(state_dir, kind) == [name]
     assert delete_record(state_dir, kind, name) is True
     assert delete_record(state_dir, kind, name) is False
@@ -103,29 +105,29 @@ def test_plain_names_round_trip(tmp_path: Path, kind: str, name: str) -> None:
 def test_save_replaces_the_file_whole(tmp_path: Path) -> None:
     """A reader holding the old file keeps reading the old record: the new one is a new inode."""
     state_dir = str(tmp_path)
-    path = save_record(state_dir, "containers", "c1", container_doc("c1", pod="old" * 1000))
+    path = save_document(state_dir, "containers", "c1", container_doc("c1", pod="old" * 1000))
     with open(path, encoding="utf-8") as reader:
         inode = os.stat(path).st_ino
-        save_record(state_dir, "containers", "c1", container_doc("c1", pod="new"))
+        save_document(state_dir, "containers", "c1", container_doc("c1", pod="new"))
         assert json.load(reader)["pod"] == "old" * 1000
     assert os.stat(path).st_ino != inode
-    assert load_record(state_dir, "containers", "c1")["pod"] == "new"
+    assert load_record(state_dir, "containers", "c1").identity.pod == "new"
     assert sorted(os.listdir(tmp_path / "containers")) == ["c1.json"]
 
 
 def test_failed_save_keeps_the_old_record(tmp_path: Path) -> None:
     state_dir = str(tmp_path)
-    save_record(state_dir, "containers", "c1", container_doc("c1"))
+    save_document(state_dir, "containers", "c1", container_doc("c1"))
     with pytest.raises(TypeError):
-        save_record(state_dir, "containers", "c1", container_doc("c1", pod=object()))
-    assert load_record(state_dir, "containers", "c1") == container_doc("c1")
+        save_document(state_dir, "containers", "c1", container_doc("c1", pod=object()))
+    assert read_document(state_dir, "containers", "c1") == container_doc("c1")
 
 
 def test_failed_rename_removes_the_temporary(tmp_path: Path) -> None:
     state_dir = str(tmp_path)
     (tmp_path / "containers" / "c2.json").mkdir(parents=True)
     with pytest.raises(RecordError, match="cannot write"):
-        save_record(state_dir, "containers", "c2", {"schema": 1})
+        save_document(state_dir, "containers", "c2", {"schema": 1})
     assert os.listdir(tmp_path / "containers") == ["c2.json"]
 
 
@@ -143,8 +145,8 @@ LOAD_ERRORS = [
     pytest.param(b"{", "invalid record: not JSON", id="not-json"),
     pytest.param(_record_bytes()[:-9], "invalid record: not JSON", id="truncated"),
     pytest.param(b"[]", "invalid record: not a JSON object", id="array"),
-    pytest.param(b'{"id": "c1"}', "invalid record: not a schema 1 record", id="no-schema"),
-    pytest.param(b'{"schema": 2}', "invalid record: not a schema 1 record", id="future-schema"),
+    pytest.param(b'{"id": "c1"}', "invalid record: not a schema 1 or 2 record", id="no-schema"),
+    pytest.param(b'{"schema": 3}', "invalid record: not a schema 1 or 2 record", id="future-schema"),
     pytest.param(b"[" * 100000 + b"]" * 100000, "invalid record: nested too deeply", id="deeply-nested"),
     pytest.param(_record_bytes(exclusive=5), "invalid record: exclusive is missing or not a cpulist string",
                  id="exclusive-wrong-type"),
@@ -196,7 +198,7 @@ def test_a_symlinked_state_subdirectory_is_refused(tmp_path: Path, kind: str) ->
     state.mkdir()
     os.symlink(elsewhere, state / kind)
     name = "c1" if kind == "containers" else "pod1"
-    for call in (lambda: save_record(str(state), kind, name, doc_for(kind, name)),
+    for call in (lambda: save_document(str(state), kind, name, doc_for(kind, name)),
                  lambda: load_record(str(state), kind, name), lambda: list_records(str(state), kind)):
         with pytest.raises(RecordError, match="is a symbolic link to .*refusing to follow it"):
             call()
@@ -209,7 +211,7 @@ def test_save_record_does_not_write_through_a_planted_temporary_symlink(tmp_path
     (tmp_path / "containers").mkdir()
     os.symlink(victim, tmp_path / "containers" / f".c1.{os.getpid()}.tmp")
     with pytest.raises(RecordError):
-        save_record(str(tmp_path), "containers", "c1", {"schema": 1})
+        save_document(str(tmp_path), "containers", "c1", {"schema": 1})
     assert victim.read_text() == "untouched"
 
 
@@ -316,7 +318,7 @@ def test_concurrent_hooks_of_one_pod_lose_no_update(fake_node: Callable[..., Any
     _run_workers("apply", node, config_cache_dir, states)
 
     pods = node.records("pods")
-    assert list(pods.values())[0]["members"] == ids
+    assert [m["id"] for m in list(pods.values())[0]["members"]] == ids
     members = len(ids)
     expected_pod = 200000 + members * 2 * 100000
     assert list(pods.values())[0]["quota"] == {"base": 200000, "applied": expected_pod, "period": 100000,
@@ -355,7 +357,7 @@ def test_concurrent_apply_and_release_end_consistent(fake_node: Callable[..., An
         p.join(60)
     assert errors.empty()
     pod = list(node.records("pods").values())[0]
-    assert pod["members"] == [f"c{i:02d}" for i in range(PER_WORKER, PER_WORKER * 2)]
+    assert [m["id"] for m in pod["members"]] == [f"c{i:02d}" for i in range(PER_WORKER, PER_WORKER * 2)]
     assert node.quota(pod_rel) == str(200000 + PER_WORKER * 2 * 100000) == str(pod["quota"]["applied"])
 
 
@@ -363,7 +365,7 @@ def test_concurrent_apply_and_release_end_consistent(fake_node: Callable[..., An
 def test_names_too_long_for_their_temporary_are_refused_up_front(tmp_path: Path, kind: str) -> None:
     state_dir = str(tmp_path / "state")
     with pytest.raises(RecordError, match="longer than 242 characters"):
-        save_record(state_dir, kind, "a" * 243, doc_for(kind, "a" * 243))
+        save_document(state_dir, kind, "a" * 243, doc_for(kind, "a" * 243))
     assert not os.path.exists(state_dir)
-    save_record(state_dir, kind, "a" * 242, doc_for(kind, "a" * 242))
+    save_document(state_dir, kind, "a" * 242, doc_for(kind, "a" * 242))
     assert list_records(state_dir, kind) == ["a" * 242]

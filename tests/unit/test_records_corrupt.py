@@ -121,7 +121,7 @@ ROWS: Dict[str, Row] = {
     "symlinked": Row("containers", symlink_to_a_copy, "symbolic link"),
     "pod-record-deleted": Row("pods", delete, "missing", POD_A_BOTH),
     "pod-members-is-a-number": Row("pods", edit(lambda d: d.update(members=5)), "members", POD_A_BOTH),
-    "pod-members-lost-one": Row("pods", edit(lambda d: d.update(members=["a2"])), "does not list it"),
+    "pod-members-lost-one": Row("pods", edit(lambda d: d.update(members=[m for m in d["members"] if m["id"] == "a2"])), "does not list it"),
     "pod-quota-is-text": Row("pods", edit(lambda d: d.update(quota="lots")), "quota", POD_A_BOTH),
     "pod-truncated": Row("pods", truncate, "not JSON", POD_A_BOTH),
     "pod-not-an-object": Row("pods", write('"pod"'), "not a JSON object", POD_A_BOTH),

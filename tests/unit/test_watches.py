@@ -22,7 +22,11 @@ from mixed_cpus_hook.core.errors import CgroupError, RecordError
 from mixed_cpus_hook.frontends.systemd import watches
 from mixed_cpus_hook.node.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
 from mixed_cpus_hook.store import records
-from mixed_cpus_hook.usecases import engine
+from mixed_cpus_hook.node.facts import read_node_facts
+from mixed_cpus_hook.core.cgroup import Dirs
+from mixed_cpus_hook.store.records import load_container
+from mixed_cpus_hook.usecases import reconcile as reconcile_module
+from mixed_cpus_hook.usecases.reconcile import reconcile
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "rpm" / "units"
@@ -219,13 +223,13 @@ def test_desired_links_follow_the_record(node: Any, run_hook: Callable) -> None:
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     apply(run_hook, node, paths)
     config = load_config(node.config_path)
-    layout = engine.read_node(config).layout
-    rec = node.records("containers")["abc"]
+    layout = read_node_facts(config).layout
+    rec = load_container(config.state_dir, "abc")
     want = {"cpus": os.path.realpath(node.path(paths["rel"], "cpuset.cpus")),
             "quota": os.path.realpath(node.path(paths["rel"], node.quota_name())),
             "pod-quota": os.path.realpath(node.path(paths["pod_rel"], node.quota_name()))}
     assert watches.desired_links(layout, rec, "abc") == want
-    outside = dict(rec, cgroup={"cpuset": "/etc", "cpu": "/etc"})
+    outside = rec._replace(cgroup=Dirs("/etc", "/etc"))
     with pytest.raises(CgroupError, match="outside the cgroup root"):
         watches.desired_links(layout, outside, "abc")
     shutil.rmtree(os.path.dirname(want["cpus"]))
@@ -361,7 +365,7 @@ def test_settle_fixes_a_second_rewrite(node: Any, run_hook: Callable, reporter: 
     t = threading.Thread(target=second_rewrite)
     t.start()
     t0 = time.monotonic()
-    results = engine.reconcile(config, reporter.reporter, only="abc", reason="reapplied (test)", settle=0.3)
+    results = reconcile(config, reporter.reporter, only="abc", reason="reapplied (test)", settle=0.3)
     took = time.monotonic() - t0
     t.join()
     assert [o.status for _c, o in results] == ["applied", "applied"]
@@ -376,7 +380,7 @@ def test_settle_without_changes_writes_nothing(node: Any, run_hook: Callable, re
     config = load_config(node.config_path)
     before = node.freeze()
     t0 = time.monotonic()
-    results = engine.reconcile(config, reporter.reporter, only="abc", settle=0.05)
+    results = reconcile(config, reporter.reporter, only="abc", settle=0.05)
     assert [o.status for _c, o in results] == ["in-sync"]
     assert 0.05 <= time.monotonic() - t0 < 1.0
     assert node.changes(before) == []
@@ -387,7 +391,7 @@ def test_settle_gives_up_on_a_writer_that_never_stops(node: Any, run_hook: Calla
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
     apply(run_hook, node, paths)
     config = load_config(node.config_path)
-    monkeypatch.setattr(engine, "MAX_SETTLE_ROUNDS", 2)
+    monkeypatch.setattr(reconcile_module, "MAX_SETTLE_ROUNDS", 2)
     stop = threading.Event()
 
     def fighter() -> None:
@@ -398,7 +402,7 @@ def test_settle_gives_up_on_a_writer_that_never_stops(node: Any, run_hook: Calla
     t = threading.Thread(target=fighter)
     t.start()
     try:
-        results = engine.reconcile(config, reporter.reporter, only="abc", settle=0.2)
+        results = reconcile(config, reporter.reporter, only="abc", settle=0.2)
     finally:
         stop.set()
         t.join()
@@ -445,7 +449,7 @@ def test_service_entry_stays_lean() -> None:
     # What the interpreter loads before any project code (a .pth file in a venv may import typing)
     # is not the service's doing: only what importing the modules adds counts.
     code = (f"import sys; before = set(sys.modules); "
-            "import mixed_cpus_hook.frontends.systemd.watches, mixed_cpus_hook.usecases.engine, mixed_cpus_hook.frontends.hook.fastpath; "
+            "import mixed_cpus_hook.frontends.systemd.watches, mixed_cpus_hook.usecases.apply, mixed_cpus_hook.frontends.hook.fastpath; "
             f"print(sorted({heavy} & (set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -601,7 +605,7 @@ def test_one_containers_reapply_does_not_touch_the_others(fake_node: Callable, r
     config = load_config(node.config_path)
     node.write(paths["rel"], "cpuset.cpus", "2-3")
     with OpenCounter() as count:
-        engine.reconcile(config, reporter.reporter, only="abc")
+        reconcile(config, reporter.reporter, only="abc")
     assert node.read(paths["rel"], "cpuset.cpus") == "0-3"
     assert count.listed == 0
     assert not any("other" in p for p in count.opened), count.opened

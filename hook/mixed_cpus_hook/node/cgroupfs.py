@@ -49,7 +49,7 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
         for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
             cpu_v1 = os.path.join(root, name)
             if os.path.isfile(os.path.join(cpu_v1, "cpu.cfs_quota_us")):
-                return Layout(1, root, cpuset_v1, _inside(root, cpu_v1, "cpu hierarchy"))
+                return Layout(1, root, cpuset_v1, resolve_inside(root, cpu_v1, "cpu hierarchy"))
         raise CgroupError("cgroup v1 cpuset is mounted but no cpu controller hierarchy was found", root)
     try:
         # Binary read, then bytes.decode: open(encoding="ascii") would import encodings.ascii.
@@ -63,7 +63,7 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
     return Layout(2, root, root, root)
 
 
-def _inside(root: str, path: str, what: str) -> str:
+def resolve_inside(root: str, path: str, what: str) -> str:
     """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
     real = os.path.realpath(path)
     if not _is_below(root, real):
@@ -90,11 +90,11 @@ def find_link(path: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _join(base: str, rel: str, what: str, root: str) -> str:
+def join_inside(base: str, rel: str, what: str, root: str) -> str:
     parts = [p for p in rel.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise CgroupError(f"{what} {rel!r} climbs out of its hierarchy", root)
-    return _inside(root, os.path.join(base, *parts), what)
+    return resolve_inside(root, os.path.join(base, *parts), what)
 
 
 def _crun_parent(path: str, container_id: str) -> str:
@@ -143,8 +143,8 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
         named = f" (linux.cgroupsPath names {cgroups_path})" if cgroups_path else ""
         raise CgroupError(f"the container is in the root cgroup; refusing to change the whole node{named}", how)
     dirs = Dirs(
-        _join(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
-        _join(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
+        join_inside(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
+        join_inside(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
     )
     if text is not None:
         _check_same_cgroup(found, cgroups_path, container_id, pid, how, spec_where)

@@ -292,11 +292,13 @@ MODE_EXECUTABLE = 0o755
 # The modules apply, release, the watches entry and the metrics import (standard library only;
 # tests/unit/test_machineconfig_noimage.py runs them laid out with nothing else importable).
 NOIMAGE_MODULES: Tuple[str, ...] = (
-    "__init__", "core/__init__", "core/cgroup", "core/compat", "core/cpuset", "core/errors", "core/plan", "core/request",
-    "core/validate", "frontends/__init__", "frontends/entry", "frontends/hook/__init__", "frontends/hook/fastpath",
-    "frontends/systemd/__init__", "frontends/systemd/watches", "node/__init__", "node/cgroupfs", "node/config",
-    "node/files", "node/kubelet", "node/log", "node/oci", "store/__init__", "store/records", "usecases/__init__",
-    "usecases/engine", "usecases/metrics",
+    "__init__", "core/__init__", "core/cgroup", "core/compat", "core/cpuset", "core/desired", "core/errors",
+    "core/model", "core/plan", "core/quota", "core/request", "core/validate", "frontends/__init__",
+    "frontends/entry", "frontends/hook/__init__", "frontends/hook/fastpath", "frontends/systemd/__init__",
+    "frontends/systemd/watches", "node/__init__", "node/cgroupfs", "node/config", "node/facts", "node/files",
+    "node/kubelet", "node/log", "node/oci", "store/__init__", "store/records", "usecases/__init__",
+    "usecases/apply", "usecases/common", "usecases/converge", "usecases/metrics", "usecases/reconcile",
+    "usecases/release",
 )
 # Units that need more than the standard library (the NRI plugin: click, protobuf).
 NOIMAGE_SKIPPED_UNITS: Tuple[str, ...] = ("mixed-cpus-hook-nri.service",)

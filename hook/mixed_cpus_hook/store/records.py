@@ -1,9 +1,19 @@
-"""Per-container and per-pod records in the state directory: what reconcile needs to restore.
+"""The record store: typed records in the state directory, loaded, validated, migrated and saved here.
 
 Layout under ``state_dir``: ``containers/<id>.json``, ``pods/<pod-cgroup-name>.json`` and a
 ``lock`` file. Names are validated as single path components before they are joined, every
 write is a rename of a fully written temporary file, and all changes happen under an
 exclusive flock so that concurrent hooks (two containers of one pod) never lose an update.
+
+Records are input too: a file is read capped and without following links, then migrated to
+the current schema (``schemas/record.schema.json``, SCHEMA_VERSION) and checked field by field
+by the parse functions below, which mirror the schema (tests/unit/test_schemas.py runs both
+over a corpus and requires that they agree: jsonschema itself is too slow to import on the
+hook's path). Everything outside this module sees ContainerRecord and PodRecord only.
+
+Schema history: 1 listed a pod's members as ids (each adding |shared| x period to the pod's
+quota); 2 records each member's share (``{"id", "share_mcpu"}``), taken from the member's own
+container record when a version 1 pod record is migrated.
 """
 
 from __future__ import annotations
@@ -12,21 +22,25 @@ import fcntl
 import json
 import os
 
-from ..core.cpuset import parse_cpulist
+from ..core.cgroup import Dirs
+from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
+from ..core.model import (MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member,
+                          PodRecord)
+from ..core.quota import MCPU, QuotaState
 from ..core.validate import ID_PATTERN, NAME_PATTERN, is_plain_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional
 
-SCHEMA_VERSION = 1
 KINDS = {"containers": ID_PATTERN, "pods": NAME_PATTERN}
+SCHEMAS = (1, SCHEMA_VERSION)
 # ``<state_dir>/pending/<id>``: empty files naming containers whose record appeared or went
 # away; ``<state_dir>/recheck/<id>``: containers a watch-triggered reapply just handled, to be
 # read once more after their watch units watch again. mixed-cpus-hook-sync.path
 # (DirectoryNotEmpty= on both) starts the sync while any is there; the sync removes each one
-# before it acts on it.
+# before it acts on it. Hook mode only: nothing consumes them on an NRI node.
 PENDING = "pending"
 RECHECK = "recheck"
 # Container ids that can be a systemd unit instance (``mixed-cpus-hook-watch@<id>.path``, at most
@@ -39,14 +53,22 @@ BACKUP_EXTENSIONS = frozenset(("rpmnew", "rpmsave", "rpmorig", "dpkg-old", "dpkg
                                "bak", "old", "new"))
 MAX_WATCHABLE_ID = 200
 
-
 # A record is at most this large (a container record is about 1 KiB; a pod record lists its
 # members' ids): a bigger file is not one of ours and is not read whole.
 MAX_RECORD_BYTES = 1 << 20
-MODES = ("hook", "nri")
 MAX_NAME = 242
-PHASES = ("creating", "applied", "releasing")
-SOURCES = ("kubelet-checkpoint", "spec", "record", "cgroup")
+# A member's share: at most every CPU a node can have (core.cpuset.MAX_CPU + 1), in millicpus.
+MAX_SHARE_MCPU = 8192 * MCPU
+MAX_PATH = 4096
+# The schema's patterns (schemas/record.schema.json), compiled by re's own cache on first use.
+CPULIST_PATTERN = r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*\Z"
+TIMESTAMP_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z"
+CONTAINER_FIELDS = frozenset((
+    "schema", "id", "namespace", "pod", "container", "pod_uid", "cgroup_version", "cgroup", "pod_cgroup", "pod_key",
+    "exclusive", "shared", "desired", "quota", "created", "updated", "mode", "phase", "exclusive_source",
+    "last_reapply", "reapplies", "pins_maybe_lost"))
+POD_FIELDS = frozenset(("schema", "key", "cgroup", "quota", "members"))
+QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 
 def record_path(state_dir: str, kind: str, name: str) -> str:
@@ -65,15 +87,29 @@ def _check_dir(path: str) -> None:
         raise RecordError(f"is a symbolic link to {os.path.realpath(path)}; refusing to follow it", path)
 
 
+# -- parse (validate) and format: pure ---------------------------------------------------------
+
+
 def _bad(path: str, problem: str) -> RecordError:
     return RecordError(f"invalid record: {problem}", path)
 
 
-def _check_quota(q: Any, path: str, field: str, nullable: bool) -> None:
-    if q is None and nullable:
-        return
+def _unknown(doc: Dict[str, Any], allowed: frozenset, path: str, what: str) -> None:
+    extra = sorted(k for k in doc if k not in allowed)
+    if extra:
+        raise _bad(path, f"{what}unknown field {str(extra[0])[:40]!r}")
+
+
+def _is_timestamp(value: Any) -> bool:
+    import re
+
+    return isinstance(value, str) and re.match(TIMESTAMP_PATTERN, value) is not None
+
+
+def parse_quota(q: Any, path: str, field: str) -> QuotaState:
     if not isinstance(q, dict):
         raise _bad(path, f"{field} is not an object")
+    _unknown(q, QUOTA_FIELDS, path, f"{field}: ")
     for key in ("base", "applied"):
         if key not in q:
             raise _bad(path, f"{field}.{key} is missing")
@@ -86,75 +122,167 @@ def _check_quota(q: Any, path: str, field: str, nullable: bool) -> None:
     ours = q.get("ours", [])
     if not isinstance(ours, list) or not all(type(v) is int and v >= 0 for v in ours):
         raise _bad(path, f"{field}.ours is not a list of non-negative integers")
+    return QuotaState(q["base"], q["applied"], period, tuple(ours))
 
 
-def _check_dirs(d: Any, path: str, field: str, nullable: bool) -> None:
-    if d is None and nullable:
-        return
-    if not (isinstance(d, dict) and all(isinstance(d.get(k), str) and d[k].startswith("/") for k in ("cpuset", "cpu"))):
+def format_quota_doc(q: QuotaState) -> Dict[str, Any]:
+    return {"base": q.base, "applied": q.applied, "period": q.period, "ours": [v for v in q.ours if v is not None]}
+
+
+def parse_dirs(d: Any, path: str, field: str) -> Dirs:
+    if not (isinstance(d, dict) and set(d) == {"cpuset", "cpu"}
+            and all(isinstance(v, str) and v.startswith("/") and len(v) <= MAX_PATH and "\0" not in v
+                    for v in d.values())):
         raise _bad(path, f"{field} is not a pair of absolute cgroup paths")
+    return Dirs(d["cpuset"], d["cpu"])
 
 
-def check_record(doc: Any, kind: str, name: str, path: str) -> None:
-    """Raise RecordError naming the file and the first problem: records are input too.
+def _format_dirs(d: Optional[Dirs]) -> Optional[Dict[str, str]]:
+    return None if d is None else {"cpuset": d.cpuset, "cpu": d.cpu}
 
-    Mirrors schemas/record.schema.json (kept in step by tests/unit/test_schemas.py) in the
-    standard library: jsonschema is not loaded on the hook path.
-    """
+
+def _check_schema(doc: Any, path: str) -> None:
     if not isinstance(doc, dict):
         raise _bad(path, "not a JSON object")
-    if doc.get("schema") != SCHEMA_VERSION:
-        raise _bad(path, f"not a schema {SCHEMA_VERSION} record")
-    if kind == "pods":
-        if doc.get("key") != name:
-            raise _bad(path, "key does not match the file name")
-        _check_dirs(doc.get("cgroup"), path, "cgroup", False)
-        _check_quota(doc.get("quota"), path, "quota", True)
-        members = doc.get("members")
-        if (not isinstance(members, list) or not members or len(set(members)) != len(members)
-                or not all(isinstance(m, str) and is_plain_name(m, ID_PATTERN) for m in members)):
-            raise _bad(path, "members is not a non-empty list of distinct container ids")
-        return
-    if doc.get("id") != name:
+    if doc.get("schema") not in SCHEMAS or type(doc.get("schema")) is not int:
+        raise _bad(path, f"not a schema {' or '.join(str(s) for s in SCHEMAS)} record")
+
+
+def _cpulist_field(doc: Dict[str, Any], key: str, path: str) -> frozenset:
+    import re
+
+    value = doc.get(key)
+    if not isinstance(value, str):
+        raise _bad(path, f"{key} is missing or not a cpulist string")
+    try:
+        if not re.match(CPULIST_PATTERN, value):
+            raise CpuListError("not as the kernel prints it", path)
+        cpus = parse_cpulist(value, path)
+    except CpuListError:
+        raise _bad(path, f"{key} {value[:40]!r} is not a cpulist") from None
+    if not cpus:
+        raise _bad(path, f"{key} is empty")
+    return cpus
+
+
+def _optional(doc: Dict[str, Any], key: str, allowed: Any, default: Any, path: str) -> Any:
+    if key not in doc:
+        return default
+    if doc[key] not in allowed:
+        raise _bad(path, f"{key} is not one of {', '.join(allowed)}")
+    return doc[key]
+
+
+def parse_container_record(doc: Any, name: str, path: str) -> ContainerRecord:
+    """A container record from its JSON document (any known schema); RecordError names the problem."""
+    _check_schema(doc, path)
+    _unknown(doc, CONTAINER_FIELDS, path, "")
+    if doc.get("id") != name or not is_plain_name(name, ID_PATTERN):
         raise _bad(path, "id does not match the file name")
     for key in ("namespace", "pod", "container", "pod_uid", "created", "updated"):
         if not isinstance(doc.get(key), str):
             raise _bad(path, f"{key} is missing or not a string")
+    for key in ("created", "updated"):
+        if not _is_timestamp(doc[key]):
+            raise _bad(path, f"{key} is not a timestamp (YYYY-MM-DDTHH:MM:SSZ)")
     if doc.get("cgroup_version") not in (1, 2) or type(doc.get("cgroup_version")) is not int:
         raise _bad(path, "cgroup_version is not 1 or 2")
-    _check_dirs(doc.get("cgroup"), path, "cgroup", False)
-    _check_dirs(doc.get("pod_cgroup"), path, "pod_cgroup", True)
+    cgroup = parse_dirs(doc.get("cgroup"), path, "cgroup")
+    pod_cgroup = None if doc.get("pod_cgroup") is None else parse_dirs(doc.get("pod_cgroup"), path, "pod_cgroup")
     pod_key = doc.get("pod_key")
     if pod_key is not None and not (isinstance(pod_key, str) and is_plain_name(pod_key, NAME_PATTERN)):
         raise _bad(path, "pod_key is not null or a plain name")
-    if (pod_key is None) != (doc.get("pod_cgroup") is None):
+    if (pod_key is None) != (pod_cgroup is None):
         raise _bad(path, "pod_key and pod_cgroup must be both set or both null")
-    for key in ("exclusive", "shared", "desired"):
-        value = doc.get(key)
-        if not isinstance(value, str):
-            raise _bad(path, f"{key} is missing or not a cpulist string")
-        try:
-            if not parse_cpulist(value, path):
-                raise _bad(path, f"{key} is empty")
-        except CpuListError:
-            raise _bad(path, f"{key} {value[:40]!r} is not a cpulist") from None
-    _check_quota(doc.get("quota"), path, "quota", False)
-    for key, allowed in (("mode", MODES), ("phase", PHASES), ("exclusive_source", SOURCES)):
-        if key in doc and doc[key] not in allowed:
-            raise _bad(path, f"{key} is not one of {', '.join(allowed)}")
-    if "reapplies" in doc and (type(doc["reapplies"]) is not int or doc["reapplies"] < 0):
+    exclusive, shared, desired = (_cpulist_field(doc, key, path) for key in ("exclusive", "shared", "desired"))
+    if desired != exclusive | shared:
+        raise _bad(path, "desired is not exclusive + shared")
+    quota = parse_quota(doc.get("quota"), path, "quota")
+    mode = _optional(doc, "mode", MODES, "hook", path)
+    phase = _optional(doc, "phase", PHASES, "applied", path)
+    source = _optional(doc, "exclusive_source", SOURCES, "", path)
+    reapplies = doc.get("reapplies", 0)
+    if type(reapplies) is not int or reapplies < 0:
         raise _bad(path, "reapplies is not a non-negative integer")
-    if "pins_maybe_lost" in doc and type(doc["pins_maybe_lost"]) is not bool:
+    pins = doc.get("pins_maybe_lost", False)
+    if type(pins) is not bool:
         raise _bad(path, "pins_maybe_lost is not true or false")
-    if doc.get("last_reapply") is not None and not isinstance(doc.get("last_reapply"), str):
+    last = doc.get("last_reapply")
+    if last is not None and not _is_timestamp(last):
         raise _bad(path, "last_reapply is not null or a timestamp")
+    return ContainerRecord(
+        id=name, identity=Identity(doc["namespace"], doc["pod"], doc["container"], doc["pod_uid"]), mode=mode,
+        phase=phase, cgroup_version=doc["cgroup_version"], cgroup=cgroup, pod_cgroup=pod_cgroup, pod_key=pod_key,
+        exclusive=exclusive, exclusive_source=source, shared=shared, quota=quota, created=doc["created"],
+        updated=doc["updated"], last_reapply=last, reapplies=reapplies, pins_maybe_lost=pins)
+
+
+def format_container_record(rec: ContainerRecord) -> Dict[str, Any]:
+    """The JSON document of a container record (schema SCHEMA_VERSION)."""
+    doc = {
+        "schema": SCHEMA_VERSION, "id": rec.id, "namespace": rec.identity.namespace, "pod": rec.identity.pod,
+        "container": rec.identity.container, "pod_uid": rec.identity.pod_uid, "mode": rec.mode, "phase": rec.phase,
+        "cgroup_version": rec.cgroup_version, "cgroup": _format_dirs(rec.cgroup),
+        "pod_cgroup": _format_dirs(rec.pod_cgroup), "pod_key": rec.pod_key,
+        "exclusive": format_cpulist(rec.exclusive), "exclusive_source": rec.exclusive_source,
+        "shared": format_cpulist(rec.shared), "desired": format_cpulist(rec.desired),
+        "quota": format_quota_doc(rec.quota), "created": rec.created, "updated": rec.updated,
+        "last_reapply": rec.last_reapply, "reapplies": rec.reapplies, "pins_maybe_lost": rec.pins_maybe_lost,
+    }
+    if not rec.exclusive_source:  # records of older versions did not say
+        del doc["exclusive_source"]
+    return doc
+
+
+def compute_migrated_pod(doc: Dict[str, Any], legacy_share: Callable[[str], int]) -> Dict[str, Any]:
+    """A version 1 pod document as version 2: each member's share from ``legacy_share(id)``."""
+    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("members"), list):
+        return doc
+    members = [{"id": m, "share_mcpu": legacy_share(m)} if isinstance(m, str) and is_plain_name(m, ID_PATTERN) else m
+               for m in doc["members"]]
+    return dict(doc, schema=SCHEMA_VERSION, members=members)
+
+
+def _parse_member(m: Any) -> Optional[Member]:
+    if not (isinstance(m, dict) and set(m) == {"id", "share_mcpu"} and isinstance(m["id"], str)
+            and is_plain_name(m["id"], ID_PATTERN) and type(m["share_mcpu"]) is int
+            and 0 <= m["share_mcpu"] <= MAX_SHARE_MCPU):
+        return None
+    return Member(m["id"], m["share_mcpu"])
+
+
+def parse_pod_record(doc: Any, name: str, path: str) -> PodRecord:
+    """A pod record from its (migrated) JSON document; RecordError names the problem."""
+    _check_schema(doc, path)
+    _unknown(doc, POD_FIELDS, path, "")
+    if "quota" not in doc:
+        raise _bad(path, "quota is missing")
+    if doc.get("key") != name or not is_plain_name(name, NAME_PATTERN):
+        raise _bad(path, "key does not match the file name")
+    cgroup = parse_dirs(doc.get("cgroup"), path, "cgroup")
+    quota = None if doc.get("quota") is None else parse_quota(doc.get("quota"), path, "quota")
+    raw = doc.get("members")
+    members = [_parse_member(m) for m in raw] if isinstance(raw, list) else []
+    if (not members or any(m is None for m in members)
+            or len({m.id for m in members if m is not None}) != len(members)):
+        raise _bad(path, "members is not a non-empty list of distinct container ids, each with its share_mcpu")
+    return PodRecord(name, cgroup, quota, tuple(m for m in members if m is not None))
+
+
+def format_pod_record(rec: PodRecord) -> Dict[str, Any]:
+    return {"schema": SCHEMA_VERSION, "key": rec.key, "cgroup": _format_dirs(rec.cgroup),
+            "quota": None if rec.quota is None else format_quota_doc(rec.quota),
+            "members": [{"id": m.id, "share_mcpu": m.share_mcpu} for m in rec.members]}
+
+
+# -- the files ----------------------------------------------------------------------------------
 
 
 class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):``
     """Hold the state directory's exclusive lock; creates the directory (0755) on first use.
 
     A class rather than contextlib.contextmanager: contextlib is not otherwise loaded on
-    the hook path.
+    the hook path. Every use case takes it itself, around the whole of its read-decide-write.
     """
 
     def __init__(self, state_dir: str) -> None:
@@ -174,8 +302,8 @@ class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):`
         self.fd = -1
 
 
-def load_record(state_dir: str, kind: str, name: str) -> Optional[Dict[str, Any]]:
-    """The record, checked (RecordError names the file and the problem), or None when there is none."""
+def read_document(state_dir: str, kind: str, name: str) -> Any:
+    """A record file's JSON, read capped and without following links; None when there is none."""
     path = record_path(state_dir, kind, name)
     _check_dir(os.path.join(state_dir, kind))
     from ..node.files import FileRefused, read_regular_file
@@ -193,16 +321,47 @@ def load_record(state_dir: str, kind: str, name: str) -> Optional[Dict[str, Any]
             raise RecordError("is a symbolic link; refusing to follow it", path) from None
         raise RecordError(f"cannot read: {exc.strerror}", path) from None
     try:
-        doc = json.loads(data)
+        return json.loads(data)
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else f"not JSON ({exc})"
         raise RecordError(f"invalid record: {what}", path) from None
-    check_record(doc, kind, name, path)
-    return doc
 
 
-def save_record(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
-    """Write the record atomically (temporary file, then rename); returns its path."""
+def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
+    """A container's record, checked (RecordError names the file and the problem), or None."""
+    doc = read_document(state_dir, "containers", cid)
+    if doc is None:
+        return None
+    return parse_container_record(doc, cid, record_path(state_dir, "containers", cid))
+
+
+def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
+    """A pod's record, migrated and checked, or None.
+
+    A version 1 record's members get the share their container records say (|shared| CPUs); a
+    member without a readable container record gets none (it does not count anyway).
+    """
+    doc = read_document(state_dir, "pods", key)
+    if doc is None:
+        return None
+
+    def legacy_share(cid: str) -> int:
+        try:
+            rec = load_container(state_dir, cid)
+        except RecordError:
+            return 0
+        return 0 if rec is None else len(rec.shared) * MCPU
+
+    return parse_pod_record(compute_migrated_pod(doc, legacy_share), key, record_path(state_dir, "pods", key))
+
+
+def load_record(state_dir: str, kind: str, name: str) -> Any:
+    """``load_container`` or ``load_pod`` by kind ("containers" or "pods")."""
+    return load_container(state_dir, name) if kind == "containers" else load_pod(state_dir, name)
+
+
+def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
+    """Write a record file atomically (temporary file, then rename); returns its path."""
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
@@ -226,6 +385,14 @@ def save_record(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> st
     return path
 
 
+def save_container(state_dir: str, rec: ContainerRecord) -> str:
+    return save_document(state_dir, "containers", rec.id, format_container_record(rec))
+
+
+def save_pod(state_dir: str, rec: PodRecord) -> str:
+    return save_document(state_dir, "pods", rec.key, format_pod_record(rec))
+
+
 def delete_record(state_dir: str, kind: str, name: str) -> bool:
     """Forget a record; True if there was one."""
     path = record_path(state_dir, kind, name)
@@ -236,6 +403,11 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
         return False
     except OSError as exc:
         raise RecordError(f"cannot remove: {exc.strerror}", path) from None
+
+
+def container_exists(state_dir: str, cid: str) -> bool:
+    """Whether a container record file is there (a pod member counts only while it is)."""
+    return os.path.lexists(record_path(state_dir, "containers", cid))
 
 
 def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[str]:
@@ -282,7 +454,7 @@ def list_records(state_dir: str, kind: str) -> List[str]:
 
 
 def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:
-    """Queue container ``name`` for the watch sync; best effort (False when it could not).
+    """Queue container ``name`` for the watch sync (hook mode); best effort (False when it could not).
 
     An empty file ``<state_dir>/<queue>/<name>``: one open(2) on the hook's path, no systemctl.
     The sync starts or stops the container's watch units from what the records say (queue

@@ -183,6 +183,13 @@ class FakeNode:
         os.replace(tmp, path)
         return path
 
+    def remove_cgroup(self, rel: str) -> None:
+        """A cgroup goes (the runtime removed its container): in every hierarchy."""
+        import shutil
+
+        for hier in (("cpuset", "cpu,cpuacct") if self.version == 1 else ("",)):
+            shutil.rmtree(os.path.join(self.cgroup_root, hier, rel), ignore_errors=True)
+
     def remove_checkpoint(self) -> None:
         """What OpenShift's kubelet.service ExecStartPre does at every kubelet start."""
         if os.path.lexists(self.kubelet_state):

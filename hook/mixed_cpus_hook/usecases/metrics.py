@@ -20,14 +20,14 @@ import os
 import time
 
 from ..core.errors import RecordError
-from ..store.records import list_records, load_record, state_lock
+from ..store.records import list_records, load_container, state_lock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
     from typing import Any, Dict, List, Optional, Sequence, Tuple
 
     from ..node.config import Config
-    from .engine import Outcome
+    from ..core.model import Outcome
 
 STATE_FILE = "metrics.json"
 PREFIX = "mixed_cpus_hook_"
@@ -131,7 +131,7 @@ def update_metrics(config: Config, results: Sequence[Tuple[str, Outcome]], reaso
                    reporter: Any = None, now: Optional[float] = None) -> bool:
     """Fold one run's results into the metrics and rewrite ``config.metrics_file``.
 
-    ``results``: what ``engine.reconcile`` (or the NRI plugin, one entry per container it handled)
+    ``results``: what ``usecases.reconcile`` (or the NRI plugin, one entry per container it handled)
     returned; ``reason``: a short label of what started the run ("watch", "periodic check", "nri",
     ...); ``full``: every record was reconciled. Does nothing when ``metrics_file`` is unset.
     Never raises: a metrics problem is logged as a warning (when a reporter is given) and the run's
@@ -146,10 +146,10 @@ def update_metrics(config: Config, results: Sequence[Tuple[str, Outcome]], reaso
             for cid, _outcome in results:
                 if cid in records:
                     try:
-                        rec = load_record(config.state_dir, "containers", cid) or {}
+                        rec = load_container(config.state_dir, cid)
                     except RecordError:
-                        rec = {}
-                    pins[cid] = bool(rec.get("pins_maybe_lost"))
+                        rec = None
+                    pins[cid] = rec is not None and rec.pins_maybe_lost
             state = compute_state(load_state(config.state_dir), results, reason, records, pins, full,
                                   time.time() if now is None else now)
             write_atomic(os.path.join(config.state_dir, STATE_FILE), json.dumps(state, sort_keys=True), 0o600)

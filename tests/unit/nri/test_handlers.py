@@ -12,7 +12,7 @@ from mixed_cpus_hook.frontends.nri.handlers import Handlers, compute_facts, form
 from mixed_cpus_hook.frontends.nri.wire import api
 from mixed_cpus_hook.node.cgroupfs import Quota
 from mixed_cpus_hook.node.config import load_config
-from mixed_cpus_hook.usecases.engine import Adjustment
+from mixed_cpus_hook.core.model import Adjustment, Resources
 
 from .peer import POD_UID, Running, create_request, pod_and_container
 
@@ -30,11 +30,11 @@ def resources(cpus: str = "", quota: Optional[int] = None, period: Optional[int]
 
 
 @pytest.mark.parametrize("res,expected", [
-    pytest.param(resources(), (frozenset(), None, 0), id="nothing-set"),
-    pytest.param(resources("2-3"), (frozenset({2, 3}), None, 0), id="cpuset-only"),
-    pytest.param(resources("2", 100000, 100000), (frozenset({2}), Quota(100000, 100000), 100000), id="finite"),
-    pytest.param(resources("2", -1, 100000), (frozenset({2}), Quota(None, 100000), 100000), id="unlimited"),
-    pytest.param(resources("", 0, 50000), (frozenset(), None, 50000), id="zero-is-not-in-the-update"),
+    pytest.param(resources(), (frozenset(), None), id="nothing-set"),
+    pytest.param(resources("2-3"), (frozenset({2, 3}), None), id="cpuset-only"),
+    pytest.param(resources("2", 100000, 100000), (frozenset({2}), Quota(100000, 100000)), id="finite"),
+    pytest.param(resources("2", -1, 100000), (frozenset({2}), Quota(None, 100000)), id="unlimited"),
+    pytest.param(resources("", 0, 50000), (frozenset(), None), id="zero-is-not-in-the-update"),
 ])
 def test_parse_cpu(res: Any, expected: Any) -> None:
     assert parse_cpu(res, "here") == expected
@@ -55,7 +55,7 @@ def test_compute_facts() -> None:
     pod.annotations["io.kubernetes.pod.name"] = "spoofed"  # the structured fields win
     ctr.annotations["io.kubernetes.cri.container-type"] = "container"
     facts = compute_facts(pod, ctr)
-    assert facts.id == APP and facts.cpus == frozenset({2, 3}) and (facts.quota, facts.period) == (None, 100000)
+    assert facts.id == APP and facts.cpus == frozenset({2, 3}) and facts.quota == Quota(None, 100000)
     assert facts.annotations == {
         "mixed-cpus.openshift.io/app": "enable", "io.kubernetes.cri.container-type": "container",
         "io.kubernetes.pod.namespace": "ran", "io.kubernetes.pod.name": "du-0", "io.kubernetes.pod.uid": POD_UID,
@@ -64,14 +64,14 @@ def test_compute_facts() -> None:
     assert facts.pod_cgroup == f"/kubepods/pod{POD_UID}"
 
 
-ADJ = Adjustment(frozenset({0, 1, 2, 3}), None, 100000, frozenset({2, 3}), frozenset({0, 1}),
-                 (("OPENSHIFT_ISOLATED_CPUS", "2-3"), ("OPENSHIFT_SHARED_CPUS", "0-1")), ())
+ADJ = Adjustment(Resources(frozenset({0, 1, 2, 3}), None, 100000), frozenset({2, 3}), frozenset({0, 1}),
+                 (("OPENSHIFT_ISOLATED_CPUS", "2-3"), ("OPENSHIFT_SHARED_CPUS", "0-1")))
 
 
 def test_unlimited_quota_is_left_out() -> None:
     adj = format_adjustment(ADJ)
     assert not adj.linux.resources.cpu.HasField("quota") and adj.linux.resources.cpu.period.value == 100000
-    upd = format_update("c", ADJ._replace(quota=300000))
+    upd = format_update("c", ADJ.resources._replace(quota=300000))
     assert (upd.linux.resources.cpu.cpus, upd.linux.resources.cpu.quota.value) == ("0-3", 300000)
 
 

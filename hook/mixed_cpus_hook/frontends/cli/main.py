@@ -104,8 +104,9 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
     Writes nothing where all is in sync; prints one line per fix. Records of containers
     whose cgroup is gone are removed (and their pod's quota given back).
     """
-    from ...usecases.engine import Outcome, read_node
-    from ...usecases.engine import reconcile as run_reconcile
+    from ...core.model import Outcome
+    from ...node.facts import read_node_facts as read_node
+    from ...usecases.reconcile import reconcile as run_reconcile
     from ..systemd.watches import sync
 
     if sync_watches and (dry_run or container_id):
@@ -199,12 +200,11 @@ def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> 
       1  error: a broken record, an unreadable fact, a node-wide problem, an unknown --container
       3  drift: some container differs from what it should be (`reconcile` fixes it)
     """
-    from ...usecases import engine
+    from ...usecases.status import read_status_report
 
     try:
         config = obj.config()
-        report = getattr(engine, "read_status_report", None)
-        rows, problems = report(config) if report else (engine.read_status(config), [])
+        rows, problems = read_status_report(config)
         if container_id:
             wanted = compute_match_id(container_id, [r.get("id", "") for r in rows])
             rows = [r for r in rows if r.get("id") == wanted]

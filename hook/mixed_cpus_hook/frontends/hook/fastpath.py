@@ -95,7 +95,7 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
 
         config = load_config(args.config, environ=environ)
         if args.command == "apply":
-            from ...usecases.engine import apply_state
+            from ...usecases.apply import apply_state
 
             rep = _reporter(args, rep)
             outcome = apply_state(state, config, rep, dry_run=args.dry_run)
@@ -106,7 +106,7 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
                 for line in outcome.lines:
                     out.write(f"{context}{line}\n")
         else:
-            from ...usecases.engine import release_state
+            from ...usecases.apply import release_state
 
             rep = _reporter(args, rep)
             for line in release_state(state, config, rep).lines:

@@ -53,7 +53,8 @@ if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile s
     from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
     from ...node.config import Config
-    from ...usecases.engine import NodeView
+    from ...core.model import ContainerRecord
+    from ...node.facts import NodeFacts as NodeView
 
 WATCH = "watch"
 WATCH_LOCK = "watch.lock"
@@ -65,7 +66,7 @@ LINK_CPUS, LINK_QUOTA, LINK_POD_QUOTA = "cpus", "quota", "pod-quota"
 LINKS = (LINK_CPUS, LINK_QUOTA, LINK_POD_QUOTA)
 WATCH_TEMPLATES = {LINK_CPUS: "mixed-cpus-hook-watch@", LINK_QUOTA: "mixed-cpus-hook-watch-quota@",
                    LINK_POD_QUOTA: "mixed-cpus-hook-watch-pod@"}
-# Seconds a reconcile service keeps re-reading the files after a reapply (see engine.reconcile).
+# Seconds a reconcile service keeps re-reading the files after a reapply (see usecases.reconcile).
 DEFAULT_SETTLE = 0.1
 SYSTEMCTL = "systemctl"
 
@@ -109,19 +110,19 @@ CATCH_UP_WHY = "caught up when its watch units started"
 # the link directories
 
 
-def desired_links(layout: Any, rec: Dict[str, Any], cid: str) -> Optional[Dict[str, str]]:
+def desired_links(layout: Any, rec: ContainerRecord, cid: str) -> Optional[Dict[str, str]]:
     """Link name -> cgroup file for a record; None when the container's cgroup is gone.
 
-    The record's directories must resolve below the cgroup root (engine._dirs checks it).
+    The record's directories must resolve below the cgroup root (usecases.common.inside checks it).
     """
     from ...node import cgroupfs as cg
-    from ...usecases.engine import _dirs
+    from ...usecases.common import inside
 
-    own = _dirs(rec.get("cgroup"), layout, f"record {cid}")
+    own = inside(layout, rec.cgroup, f"record {cid}")
     if own is None or not (os.path.isdir(own.cpuset) and os.path.isdir(own.cpu)):
         return None
     links = {LINK_CPUS: cg.cpuset_file(layout, own.cpuset), LINK_QUOTA: cg.quota_file(layout, own.cpu)}
-    pod = _dirs(rec.get("pod_cgroup"), layout, f"record {cid}")
+    pod = inside(layout, rec.pod_cgroup, f"record {cid}")
     if pod is not None and os.path.isdir(pod.cpu):
         links[LINK_POD_QUOTA] = cg.quota_file(layout, pod.cpu)
     return links
@@ -334,7 +335,9 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
     more, for a rewrite that came between ``apply`` and the watch, and so are the containers
     queued in ``recheck/`` by a watch-triggered reapply.
     """
-    from ...usecases.engine import read_node, reconcile, release_container
+    from ...node.facts import read_node_facts as read_node
+    from ...usecases.reconcile import reconcile
+    from ...usecases.release import release_locked
 
     systemd = systemd or Systemd()
     state_dir = config.state_dir
@@ -371,7 +374,7 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
                 links = desired_links(node.layout, rec, cid) if rec is not None else None
                 if rec is not None and links is None:
                     with state_lock(state_dir):
-                        release_container(cid, config, reporter, why="cgroup gone, forgotten")
+                        release_locked(state_dir, node.layout, cid, reporter, why="cgroup gone, forgotten")
                     forgotten.append(cid)
                 if links is None:
                     remove_links(state_dir, cid)
@@ -441,7 +444,8 @@ def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[
     """Reconcile once more the containers a watch-triggered reapply just handled."""
     if not ids:
         return SyncReport()
-    from ...usecases.engine import read_node, reconcile
+    from ...node.facts import read_node_facts as read_node
+    from ...usecases.reconcile import reconcile
     from ...usecases.metrics import update_metrics
 
     node = node or read_node(config)
@@ -463,7 +467,7 @@ def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[
 def reconcile_container(config: Config, cid: str, reporter: Reporter, settle: float = DEFAULT_SETTLE,
                         why: str = WATCH_WHY) -> int:
     """What ``mixed-cpus-hook-reconcile@<id>.service`` runs: reapply one container, then settle."""
-    from ...usecases.engine import reconcile
+    from ...usecases.reconcile import reconcile
 
     results = reconcile(config, reporter, only=cid, reason=f"reapplied ({why})", settle=settle)
     from ...usecases.metrics import update_metrics
@@ -485,7 +489,9 @@ def reconcile_all(config: Config, reporter: Reporter, sync_watches: bool = False
     with ``sync_watches`` a full sync of the watch units; one line per fix on stdout, as the
     click command prints them; the metrics updated. Exit 1 when a container failed.
     """
-    from ...usecases.engine import Outcome, read_node, reconcile
+    from ...core.model import Outcome
+    from ...node.facts import read_node_facts as read_node
+    from ...usecases.reconcile import reconcile
     from ...usecases.metrics import update_metrics
 
     out = stdout or sys.stdout

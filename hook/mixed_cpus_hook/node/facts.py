@@ -1,0 +1,146 @@
+"""The node's facts every decision needs: cgroup layout, shared CPUs, online CPUs, kubelet's checkpoint.
+
+Read fresh for every event: kubelet rewrites its checkpoint whenever it assigns, moves or frees
+exclusive CPUs (a new Guaranteed pod, an in-place resize, a restart), and a decision taken on an
+old copy hands a container CPUs kubelet may already have given to another. A long-running
+process (the NRI plugin) passes a FactsCache: each file is stat'ed per event and parsed again
+only when its identity (inode, size, times) changed, so a fresh view costs a few stat calls.
+kubelet replaces its checkpoint by rename, so a new version is always a new inode.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.cpuset import require_subset
+from ..core.errors import HookError
+from . import cgroupfs as cg
+from .config import Config, load_shared_cpus, read_online_cpus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
+
+    from .kubelet import Checkpoint
+else:
+    from ..core.compat import NamedTuple
+
+
+class NodeFacts(NamedTuple):
+    """Facts about the node every command needs: the cgroup layout, the shared CPUs, kubelet's record."""
+
+    layout: cg.Layout
+    shared: FrozenSet[int]
+    shared_where: str
+    online: FrozenSet[int] = frozenset()
+    checkpoint: Optional[Checkpoint] = None  # kubelet's checkpoint of the static policy, or None
+    checkpoint_note: str = ""  # why the checkpoint is not used, when it exists but is refused
+    # Bumped by a FactsCache whenever a fact changed since the last read (0 without a cache).
+    generation: int = 0
+
+
+def _stat_key(path: str) -> Optional[Tuple[int, int, int, int, int]]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class FactsCache:
+    """What a resident process keeps between events: each fact with the stat key it was read at."""
+
+    def __init__(self) -> None:
+        self._entries: Dict[str, Tuple[Any, Any]] = {}
+        self._last: Optional[NodeFacts] = None
+        self.generation = 0
+
+    def get(self, name: str, key: Any) -> Tuple[bool, Any]:
+        entry = self._entries.get(name)
+        if entry is not None and key is not None and entry[0] == key:
+            return True, entry[1]
+        return False, None
+
+    def put(self, name: str, key: Any, value: Any) -> None:
+        self._entries[name] = (key, value)
+
+    def settle(self, facts: NodeFacts) -> NodeFacts:
+        """``facts`` with this cache's generation, bumped when anything differs from the last read."""
+        last = self._last
+        if last is None or last[:6] != facts[:6]:
+            self.generation += 1
+        out = facts._replace(generation=self.generation)
+        self._last = out
+        return out
+
+
+def read_checkpoint(config: Config, cache: Optional[FactsCache] = None) -> Tuple[Optional[Checkpoint], str]:
+    """kubelet's checkpoint when it exists and is of the static policy; else None and why.
+
+    A checkpoint that cannot be read or is not of kubelet's shape is refused with a note (the
+    run falls back to the records and the cgroup); kubelet writes it atomically, so a
+    half-written file is never seen.
+    """
+    path = getattr(config, "kubelet_state_file", "") or ""
+    if not path:
+        return None, ""
+    key = _stat_key(path) if cache is not None else None
+    if cache is not None:
+        hit, value = cache.get("checkpoint:" + path, key)
+        if hit:
+            return value
+    result = _parse_checkpoint_file(path)
+    if cache is not None and key is not None and _stat_key(path) == key:
+        cache.put("checkpoint:" + path, key, result)
+    return result
+
+
+def _parse_checkpoint_file(path: str) -> Tuple[Optional[Checkpoint], str]:
+    from .kubelet import load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(path)
+    except HookError as exc:
+        return None, f"kubelet checkpoint refused, using the records and cgroups instead: {exc}"
+    if ckpt is None:
+        return None, ""
+    if ckpt.policy != "static":
+        return None, f"kubelet checkpoint {path}: policy {ckpt.policy!r}, not 'static': not used"
+    return ckpt, ""
+
+
+def _read_shared(config: Config, cache: Optional[FactsCache]) -> Tuple[FrozenSet[int], str]:
+    if cache is None or config.shared_cpus is not None:
+        return load_shared_cpus(config)
+    key = _stat_key(config.shared_cpus_file)
+    hit, value = cache.get("shared", key)
+    if hit:
+        return value
+    value = load_shared_cpus(config)
+    if key is not None:
+        cache.put("shared", key, value)
+    return value
+
+
+def _read_layout(config: Config, cache: Optional[FactsCache]) -> cg.Layout:
+    if cache is None:
+        return cg.read_layout(config.cgroup_root)
+    hit, value = cache.get("layout", config.cgroup_root)
+    if not hit:
+        value = cg.read_layout(config.cgroup_root)
+        cache.put("layout", config.cgroup_root, value)
+    return value
+
+
+def read_node_facts(config: Config, cache: Optional[FactsCache] = None) -> NodeFacts:
+    """Shared CPUs (must be online), the cgroup layout and kubelet's CPU manager checkpoint, now.
+
+    With a ``cache`` a file is parsed again only when it changed (the online CPUs, one small
+    sysfs read, always are); without one everything is read.
+    """
+    shared, where = _read_shared(config, cache)
+    online = read_online_cpus(config.sys_root)
+    require_subset(shared, online, "shared CPUs (offline or absent)", where)
+    checkpoint, note = read_checkpoint(config, cache)
+    facts = NodeFacts(_read_layout(config, cache), shared, where, online, checkpoint, note)
+    return cache.settle(facts) if cache is not None else facts

@@ -1,0 +1,273 @@
+"""What every use case shares: the checkpoint lookup, reading a container's cgroups, the pod's
+members, saving records around writes (the crash-safety protocol) and checked writes.
+
+The crash-safety protocol, for every use case that writes a quota:
+
+1. every quota value about to be written is listed as ours (``QuotaState.ours``) in the
+   records, and the records are saved BEFORE the write (the pod's record first: a pod member
+   counts only while its container record exists, so a run that dies between the two leaves a
+   member that counts for nothing, never a container its pod does not list);
+2. the writes are made in the plan's order, read back, and rolled back newest first on any
+   refusal (the records too);
+3. once verified, the replaced values are no longer ours (the records are saved settled).
+
+Whatever instant a run dies at, the next one tells its own values from kubelet's and never adds
+a share twice (tests/integration/test_crash_points.py kills each command before each step).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..core.cgroup import Dirs, Layout
+from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
+from ..core.errors import CgroupError, HookError, KubeletStateError, RecordError, WriteError
+from ..core.model import ContainerRecord, Identity, Member, PodRecord
+from ..core.plan import Observed, Write
+from ..core.quota import compute_settled
+from ..node import cgroupfs as cg
+from ..node.facts import NodeFacts
+from ..store.records import (container_exists, delete_record, load_container, load_pod, record_path, save_container,
+                             save_pod)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import FrozenSet, List, Optional, Sequence, Tuple
+
+    from ..core.desired import Desired
+    from ..core.quota import QuotaState
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def age_of(stamp: str) -> float:
+    """Seconds since a record timestamp (infinite when it cannot be read); not on the hook path."""
+    import calendar
+
+    try:
+        return time.time() - calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return float("inf")
+
+
+# -- kubelet's checkpoint --------------------------------------------------------------------
+
+
+def read_assigned(node: NodeFacts, identity: Identity, cid: str) -> Optional[FrozenSet[int]]:
+    """This container's entry in kubelet's checkpoint (online CPUs only), or None without one.
+
+    An entry on offline CPUs, or sharing CPUs with another container's entry, is not kubelet's
+    truth (kubelet never writes one): KubeletStateError, nothing is written for the container.
+    """
+    ckpt = node.checkpoint
+    if ckpt is None:
+        return None
+    from ..node.kubelet import compute_assigned, compute_others
+
+    cpus = compute_assigned(ckpt, identity.pod_uid, identity.container, cid)
+    if cpus is not None and node.online:
+        require_subset(cpus, node.online, f"kubelet checkpoint entry {identity.pod_uid}/{identity.container} "
+                       "(offline CPUs)", ckpt.where)
+    if cpus:
+        owners = [f"entries.{u}.{n}" for u, per in sorted(ckpt.entries.items()) for n, c in sorted(per.items())
+                  if c & cpus and (u, n) != (identity.pod_uid, identity.container)]
+        owners += [f"entries.{i}" for i, c in sorted(ckpt.by_container_id.items()) if c & cpus and i != cid]
+        if owners:
+            others = compute_others(ckpt, identity.pod_uid, identity.container, cid)
+            raise KubeletStateError(
+                f"assigns {format_cpulist(cpus)} to this container, but CPUs {format_cpulist(cpus & others)} also "
+                f"to {', '.join(owners)}: kubelet never does, not used", ckpt.where)
+    return cpus
+
+
+# -- cgroups ------------------------------------------------------------------------------------
+
+
+def inside(layout: Layout, dirs: Optional[Dirs], what: str) -> Optional[Dirs]:
+    """A record's cgroup dirs, resolved, refused unless below the cgroup root (records are input)."""
+    if dirs is None:
+        return None
+    return Dirs(cg.resolve_inside(layout.root, dirs.cpuset, what), cg.resolve_inside(layout.root, dirs.cpu, what))
+
+
+def exists(dirs: Optional[Dirs]) -> bool:
+    return dirs is not None and os.path.isdir(dirs.cpuset) and os.path.isdir(dirs.cpu)
+
+
+def observe(layout: Layout, dirs: Dirs, pod: Optional[Dirs]) -> Observed:
+    """Read the current values a plan may touch."""
+    anc = tuple((d, cg.read_requested_cpus(layout, d)) for d in cg.ancestors(layout, dirs.cpuset))
+    pod_quota = cg.read_quota(layout, pod.cpu) if pod is not None else None
+    return Observed(cg.read_cpus(layout, dirs.cpuset), cg.read_quota(layout, dirs.cpu), pod_quota, anc)
+
+
+def execute(layout: Layout, writes: Sequence[Write], dirs: Optional[Dirs], desired: FrozenSet[int]) -> None:
+    """Write in order and verify; on any failure put back what was written, newest first."""
+    done: List[Write] = []
+    try:
+        for w in writes:
+            cg.write_text(w.path, w.new)
+            done.append(w)
+        verify(layout, writes, dirs, desired)
+    except HookError as exc:
+        failures = []
+        for w in reversed(done):
+            try:
+                cg.write_text(w.path, w.old)
+            except HookError as undo:
+                failures.append(str(undo))
+        note = f"; rollback failed: {'; '.join(failures)}" if failures else (
+            f"; rolled back {len(done)} earlier write(s)" if done else "")
+        raise WriteError(f"{exc.message}{note}", exc.where) from None
+
+
+def verify(layout: Layout, writes: Sequence[Write], dirs: Optional[Dirs], desired: FrozenSet[int]) -> None:
+    """Read back every written file; on v2 the effective cpuset must be what we asked for."""
+    for w in writes:
+        got = cg.read_text(w.path)
+        if w.path.endswith("cpuset.cpus"):
+            same = parse_cpulist(got, w.path) == parse_cpulist(w.new, w.path)
+        else:
+            same = got.split() == w.new.split()
+        if not same:
+            raise WriteError(f"wrote {w.new!r} but it reads back {got!r}", w.path)
+    if layout.version == 2 and dirs is not None and any(w.path == cg.cpuset_file(layout, dirs.cpuset) for w in writes):
+        eff = cg.read_effective_cpus(layout, dirs.cpuset)
+        if eff != desired:
+            raise WriteError(
+                f"cpuset.cpus.effective is {format_cpulist(eff) or 'empty'}, not {format_cpulist(desired)}"
+                " (a parent cgroup does not grant the shared CPUs)", dirs.cpuset)
+
+
+def lower_to_base(layout: Layout, cpu_dir: str, q: QuotaState, why: str) -> Tuple[Write, ...]:
+    """Put a quota this product raised back at kubelet's base (nothing when the file holds another's value)."""
+    current = cg.read_quota(layout, cpu_dir)
+    if not q.is_ours(current.quota, current.period) or current.quota == q.base:
+        return ()
+    w = Write(cg.quota_file(layout, cpu_dir), cg.format_quota(layout, current),
+              cg.format_quota(layout, cg.Quota(q.base, current.period)), why)
+    cg.write_text(w.path, w.new)
+    return (w,)
+
+
+def check_pod_uid(pod: Optional[Dirs], pod_uid: str, where: str) -> None:
+    """The pod cgroup the container sits in must be the pod its annotations name."""
+    if pod is None or not pod_uid:
+        return
+    if not cg.compute_pod_matches(os.path.basename(pod.cpu), pod_uid):
+        raise CgroupError(f"the container's pod cgroup {pod.cpu} is not the cgroup of pod {pod_uid} "
+                          "that its annotations name", where)
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+def pod_key_of(pod: Optional[Dirs]) -> Optional[str]:
+    return None if pod is None else os.path.basename(pod.cpu)
+
+
+def live_members(state_dir: str, pod: Optional[PodRecord], keep: str = "") -> Tuple[Member, ...]:
+    """A pod's members that count: those whose container record exists (and ``keep``).
+
+    An apply killed after saving the pod record (which comes first) and before the container's
+    leaves a member nobody tracks: it must not keep a share.
+    """
+    if pod is None:
+        return ()
+    return tuple(m for m in pod.members if m.id == keep or container_exists(state_dir, m.id))
+
+
+def with_member(members: Sequence[Member], cid: str, share_mcpu: int) -> Tuple[Member, ...]:
+    """The members with ``cid`` holding ``share_mcpu`` (added, or its share updated), ordered by id."""
+    out = {m.id: m for m in members}
+    out[cid] = Member(cid, share_mcpu)
+    return tuple(out[k] for k in sorted(out))
+
+
+def check_membership(state_dir: str, rec: ContainerRecord) -> Tuple[str, Optional[PodRecord]]:
+    """Why a container record is not whole ("" when it is), and its pod record: that must list it."""
+    if not rec.pod_key:
+        return "", None
+    pod = load_pod(state_dir, rec.pod_key)
+    path = os.path.join(state_dir, "pods", rec.pod_key + ".json")
+    if pod is None:
+        return f"its pod record {path} is missing: skipped", None
+    if rec.id not in pod.member_ids:
+        return f"its pod record {path} does not list it: skipped", pod
+    return "", pod
+
+
+def require_whole(state_dir: str, rec: ContainerRecord) -> Optional[PodRecord]:
+    """The record's pod record; RecordError when the two do not agree (the container is skipped)."""
+    broken, pod = check_membership(state_dir, rec)
+    if broken:
+        raise RecordError(broken, record_path(state_dir, "containers", rec.id))
+    return pod
+
+
+def build_record(cid: str, identity: Identity, mode: str, phase: str, layout: Layout, dirs: Dirs,
+                 pod: Optional[Dirs], desired: Desired, prev: Optional[ContainerRecord],
+                 pins_lost: bool = False) -> ContainerRecord:
+    """The container record for ``desired``, keeping what the previous record knew."""
+    assert desired.quota is not None
+    stamp = now_stamp()
+    return ContainerRecord(
+        id=cid, identity=identity, mode=prev.mode if prev is not None else mode, phase=phase,
+        cgroup_version=layout.version, cgroup=dirs, pod_cgroup=pod, pod_key=pod_key_of(pod),
+        exclusive=desired.exclusive, exclusive_source=desired.source, shared=desired.shared, quota=desired.quota,
+        created=prev.created if prev is not None else stamp, updated=prev.updated if prev is not None else stamp,
+        last_reapply=prev.last_reapply if prev is not None else None,
+        reapplies=prev.reapplies if prev is not None else 0,
+        pins_maybe_lost=bool(prev is not None and prev.pins_maybe_lost) or pins_lost)
+
+
+def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: ContainerRecord,
+                 prev_pod: Optional[PodRecord], pod: Optional[PodRecord]) -> ContainerRecord:
+    """Save what differs: the pod's record first, then the container's (which makes it a member
+    that counts); ``updated`` changes only when something else did. Returns the record saved."""
+    if pod is not None and pod != prev_pod:
+        save_pod(state_dir, pod)
+    if prev is None or prev._replace(updated="") != rec._replace(updated=""):
+        rec = rec._replace(updated=now_stamp())
+        save_container(state_dir, rec)
+    elif prev is not None:
+        rec = rec._replace(updated=prev.updated)
+    return rec
+
+
+def settle_records(state_dir: str, rec: ContainerRecord, pod: Optional[PodRecord]
+                   ) -> Tuple[ContainerRecord, Optional[PodRecord]]:
+    """After the writes are verified: the replaced values are no longer ours (step 3)."""
+    quota = compute_settled(rec.quota)
+    assert quota is not None
+    final = rec._replace(quota=quota)
+    final_pod = None if pod is None else pod._replace(quota=compute_settled(pod.quota))
+    return save_changed(state_dir, rec, final, pod, final_pod), final_pod
+
+
+def restore_records(state_dir: str, cid: str, prev: Optional[ContainerRecord], pod_key: Optional[str],
+                    prev_pod: Optional[PodRecord]) -> None:
+    """After a rolled-back write: the records as they were. Deleting always works (a full disk)."""
+    try:
+        if prev is None:
+            delete_record(state_dir, "containers", cid)
+        else:
+            save_container(state_dir, prev)
+    except HookError:
+        pass
+    try:
+        if pod_key:
+            if prev_pod is None:
+                delete_record(state_dir, "pods", pod_key)
+            else:
+                save_pod(state_dir, prev_pod)
+    except HookError:
+        pass
+
+
+def load_tracked(state_dir: str, cid: str) -> Optional[ContainerRecord]:
+    """A container's record (None when untracked), the RecordError naming the file otherwise."""
+    return load_container(state_dir, cid)

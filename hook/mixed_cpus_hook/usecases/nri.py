@@ -1,0 +1,341 @@
+"""NRI mode's events: the same decision as hook mode, answered to the runtime instead of written.
+
+``NriEngine`` is the resident plugin's policy (one per plugin process), in the shape of
+containerd/nri's stub and nri-plugins' resource manager: one method per event, each taking the
+state lock, reading the node's facts fresh (through a stat-keyed cache), deciding with
+``core.desired`` and returning an Answer: the adjustment for the event's container and updates
+for every other container whose decision changed (a new shared set, kubelet's checkpoint moving
+another container). The front end turns Answers into NRI messages; nothing here knows protobuf.
+
+What NRI cannot reach, the pod cgroup's quota, is written here, and only upwards: raising a
+pod's quota before the runtime raises the container's keeps cgroup v1's rule (a child's quota
+never above its parent's); lowering waits for the periodic reconcile, which orders it after the
+container's own (the lowered value stays listed as ours meanwhile, so nothing is added twice).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.cgroup import Dirs, Quota
+from ..core.cpuset import format_cpulist
+from ..core.desired import Desired, Kubelet, compute_desired, compute_pod_quota
+from ..core.errors import CgroupError, HookError
+from ..core.model import (Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update,
+                          compute_adjustment)
+from ..core.plan import compute_pod_write, describe
+from ..core.quota import compute_settled, format_quota_value
+from ..node import cgroupfs as cg
+from ..node.config import Config
+from ..node.facts import FactsCache, NodeFacts, read_node_facts
+from ..node.log import Reporter
+from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
+from .apply import read_request
+from .common import (build_record, check_pod_uid, execute, exists, inside, live_members, pod_key_of, read_assigned,
+                     restore_records, save_changed, with_member)
+from .reconcile import is_being_created, reconcile
+from .release import release_locked
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+else:
+    from ..core.compat import NamedTuple
+
+DEFAULT_PERIOD = 100000
+
+
+class ContainerFacts(NamedTuple):
+    """A container as an NRI runtime describes it, in plain data (the front end's parse)."""
+
+    id: str
+    annotations: Dict[str, str]
+    cpus: FrozenSet[int]  # empty: not given
+    quota: Optional[Quota]  # None: not given (Quota(None, period): unlimited)
+    cgroups_path: str
+    pod_cgroup: str
+    stopped: bool = False
+
+
+def compute_nri_dirs(layout: cg.Layout, cgroups_path: str, cid: str) -> Dirs:
+    """The container's cgroup dirs from NRI's linux.cgroups_path (the cgroup may not exist yet)."""
+    rel = cg.compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    if not rel or rel.strip("/") == "":
+        raise CgroupError(f"linux.cgroups_path {cgroups_path[:200]!r} is neither a path nor slice:prefix:name",
+                          f"container {cid}")
+    return Dirs(cg.join_inside(layout.cpuset_root, rel, "container cgroup", layout.root),
+                cg.join_inside(layout.cpu_root, rel, "container cgroup", layout.root))
+
+
+def describe_adjustment(adj: Adjustment) -> str:
+    quota = "unlimited" if adj.quota is None else f"{adj.quota}/{adj.period}"
+    return (f"cpus {format_cpulist(adj.cpus)} (exclusive {format_cpulist(adj.exclusive)}, shared "
+            f"{format_cpulist(adj.shared)}), quota {quota}")
+
+
+class Placed(NamedTuple):
+    """One container decided: its record (saved) and the journal lines of what was written for it."""
+
+    record: ContainerRecord
+    lines: Tuple[str, ...]
+
+
+class NriEngine:
+    """The NRI plugin's policy: one method per event, each returning an Answer."""
+
+    def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None) -> None:
+        self.config = config
+        self.reporter = reporter
+        self.cache = cache or FactsCache()
+        # The node facts' generation the other tracked containers were last decided on.
+        self.decided_generation = 0
+
+    @property
+    def state_dir(self) -> str:
+        return self.config.state_dir
+
+    def facts(self) -> NodeFacts:
+        """The node's facts now (kubelet's checkpoint as it is at this event)."""
+        return read_node_facts(self.config, self.cache)
+
+    # -- one container -----------------------------------------------------------------------
+
+    def _place(self, node: NodeFacts, cid: str, identity: Identity, dirs: Dirs, pod: Optional[Dirs],
+               now: Kubelet, prev: Optional[ContainerRecord], why: str) -> Tuple[Desired, Optional[Placed]]:
+        """Decide for one container; for a mixed one save its records and raise its pod's quota first.
+
+        The caller holds the state lock. The runtime writes the container's own cgroup from the
+        answer; the pod's cgroup is written here (raised now; lowered by the reconcile).
+        """
+        desired = compute_desired(now, node.shared, prev)
+        if not desired.mixed:
+            return desired, None
+        layout = node.layout
+        key = pod_key_of(pod)
+        prev_pod = load_pod(self.state_dir, key) if key else None
+        members = with_member(live_members(self.state_dir, prev_pod, keep=cid), cid, desired.share_mcpu)
+        shares = sum(m.share_mcpu for m in members)
+        pod_quota = pod_write = None
+        if pod is not None:
+            observed = cg.read_quota(layout, pod.cpu)
+            pod_quota = compute_pod_quota(observed, prev_pod.quota if prev_pod else None, (shares,), prev.quota if prev is not None else None,
+                                          desired.quota)
+            pod_write = compute_pod_write(layout, pod, observed, pod_quota, len(members), shares)
+            if pod_write is not None and not (observed.quota is not None and pod_quota.applied is not None
+                                              and pod_quota.applied > observed.quota):
+                pod_write = None  # lowering: the reconcile does it after the container's own
+        phase = "applied" if exists(dirs) else "creating"
+        if prev is not None and prev.phase == "applied":
+            phase = "applied"
+        rec = build_record(cid, identity, "nri", phase, layout, dirs, pod, desired, prev)
+        new_pod = PodRecord(key or "", pod, pod_quota, members) if pod is not None else None
+        rec = save_changed(self.state_dir, prev, rec, prev_pod, new_pod)
+        lines: Tuple[str, ...] = ()
+        if pod_write is not None and new_pod is not None:
+            try:
+                execute(layout, (pod_write,), None, frozenset())
+            except HookError:
+                restore_records(self.state_dir, cid, prev, key, prev_pod)
+                raise
+            save_pod(self.state_dir, new_pod._replace(quota=compute_settled(new_pod.quota)))
+            lines = tuple(describe((pod_write,)))
+            for line in lines:
+                self.reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
+        return desired, Placed(rec, lines)
+
+    def _note(self, cid: str, desired: Desired) -> None:
+        if desired.note and desired.mixed:
+            self.reporter.emit("warning", f"container {cid}: {desired.note}", to_stream=False)
+
+    # -- other containers ----------------------------------------------------------------------
+
+    def _others(self, node: NodeFacts, exclude: str) -> Tuple[Update, ...]:
+        """Updates for every other tracked NRI container whose decision changed since it was made.
+
+        Only when a node fact changed (the shared CPUs, kubelet's checkpoint): then each record is
+        decided again from what the runtime was last told for it, and a container whose answer
+        differs (kubelet's checkpoint moved it; the shared set changed) is updated in this reply,
+        so that its old exclusive CPUs are free before the event's container starts on them. The
+        caller holds the state lock.
+        """
+        if node.generation == self.decided_generation:
+            return ()
+        self.decided_generation = node.generation
+        updates: List[Update] = []
+        for cid in list_records(self.state_dir, "containers"):
+            if cid == exclude:
+                continue
+            try:
+                update = self._redecide(node, cid)
+            except HookError as exc:
+                self.reporter.error(f"nri: container {cid}: {exc.kind}: {exc}")
+                continue
+            if update is not None:
+                updates.append(update)
+        return tuple(updates)
+
+    def _redecide(self, node: NodeFacts, cid: str) -> Optional[Update]:
+        rec = load_container(self.state_dir, cid)
+        if rec is None or rec.mode != "nri" or rec.phase != "applied":
+            return None
+        dirs = inside(node.layout, rec.cgroup, f"record {cid}")
+        pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
+        if dirs is None or not exists(dirs):
+            return None  # gone: the reconcile forgets it
+        assigned = read_assigned(node, rec.identity, cid)
+        now = Kubelet(rec.desired, Quota(rec.quota.applied, rec.quota.period), None, assigned)
+        desired, placed = self._place(node, cid, rec.identity, dirs, pod, now, rec, "node changed")
+        if placed is None:
+            self.reporter.warning(f"container {cid}: left as it is: {desired.note}")
+            return None
+        new = placed.record
+        if new.desired == rec.desired and new.quota.applied == rec.quota.applied:
+            return None
+        why = (f"node changed: cpus {format_cpulist(rec.desired)} -> {format_cpulist(new.desired)}, quota "
+               f"{format_quota_value(rec.quota.applied)} -> {format_quota_value(new.quota.applied)}")
+        self.reporter.info(f"container {cid}: {why}")
+        return Update(cid, compute_adjustment(new).resources, why)
+
+    # -- the events ----------------------------------------------------------------------------
+
+    def create(self, facts: ContainerFacts) -> Answer:
+        """CreateContainer: admit an asking container, raise its pod's quota, answer its adjustment.
+
+        Idempotent for the same facts (Synchronize admits again what it finds).
+        """
+        request = read_request(facts.annotations, self.config, self.reporter, facts.id)
+        if request is None:
+            return Answer(Outcome("skipped"))
+        node = self.facts()
+        dirs = compute_nri_dirs(node.layout, facts.cgroups_path, facts.id)
+        pod = cg.find_pod(node.layout, dirs)
+        check_pod_uid(pod, request.pod_uid, f"container {facts.id}")
+        if pod is not None and not os.path.isdir(pod.cpu):
+            raise CgroupError("pod cgroup not found", pod.cpu)
+        identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
+        given = facts.quota or Quota(None, DEFAULT_PERIOD)
+        given = given._replace(period=given.period or DEFAULT_PERIOD)
+        with state_lock(self.state_dir):
+            prev = load_container(self.state_dir, facts.id)
+            if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)):
+                # A release that did not finish, or the same id reused in another pod: the old
+                # pod gets its share back first.
+                release_locked(self.state_dir, node.layout, facts.id, self.reporter, why="release finished")
+                prev = None
+            assigned = read_assigned(node, identity, facts.id)
+            now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
+            desired, placed = self._place(node, facts.id, identity, dirs, pod, now, prev, "create")
+            if placed is None:
+                lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
+                self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
+                return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
+            self._note(facts.id, desired)
+            rec = placed.record
+            self.reporter.emit("info", f"container {facts.id}: mixed CPUs {format_cpulist(rec.desired)} (exclusive "
+                               f"{format_cpulist(rec.exclusive)} from {desired.source} + shared "
+                               f"{format_cpulist(rec.shared)})", to_stream=False)
+            return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
+
+    def update(self, cid: str, cpus: FrozenSet[int], quota: Optional[Quota]) -> Answer:
+        """UpdateContainer: rewrite kubelet's update so the cgroup never holds the exclusive-only set.
+
+        kubelet's new cpuset is its new exclusive assignment (kubelet's checkpoint, read now, wins
+        where it exists); its new quota is the new base (unless it is one this product wrote, as
+        when the runtime fills in the fields kubelet left out). Untracked: passed through.
+        """
+        node = self.facts()
+        with state_lock(self.state_dir):
+            rec = load_container(self.state_dir, cid)
+            if rec is None or rec.phase == "releasing":
+                return Answer(Outcome("skipped"), None, self._others(node, cid))
+            dirs = inside(node.layout, rec.cgroup, f"record {cid}")
+            pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
+            assert dirs is not None
+            current = cpus or rec.desired
+            period = (quota.period if quota is not None and quota.period else None) or rec.quota.period
+            given = Quota(rec.quota.applied if quota is None else quota.quota, period)
+            assigned = read_assigned(node, rec.identity, cid)
+            desired, placed = self._place(node, cid, rec.identity, dirs, pod, Kubelet(current, given, None, assigned),
+                                          rec, "update")
+            if placed is None:
+                self.reporter.warning(f"container {cid}: update passed through unchanged: {desired.note}")
+                return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, cid))
+            self._note(cid, desired)
+            new = placed.record
+            lines = placed.lines
+            if new.desired != current or (quota is not None and quota.quota != new.quota.applied):
+                line = (f"update rewritten: cpus {format_cpulist(cpus) or '(unchanged)'} -> "
+                        f"{format_cpulist(new.desired)}, quota "
+                        f"{'(unchanged)' if quota is None else format_quota_value(quota.quota)} -> "
+                        f"{format_quota_value(new.quota.applied)}")
+                self.reporter.emit("info", f"container {cid}: {line}", to_stream=False)
+                lines += (line,)
+            return Answer(Outcome("applied", lines), compute_adjustment(new), self._others(node, cid))
+
+    def stop(self, cid: str, why: str = "stopped") -> Answer:
+        """StopContainer / RemoveContainer: give the pod's share back, forget the container."""
+        node = self.facts()
+        with state_lock(self.state_dir):
+            outcome = release_locked(self.state_dir, node.layout, cid, self.reporter, why=why)
+            return Answer(outcome, None, self._others(node, cid))
+
+    def synchronize(self, containers: Sequence[ContainerFacts]) -> Answer:
+        """Synchronize: every running container as the runtime has it now; answer updates for all.
+
+        Tracked containers are decided again from the runtime's current values (what landed while
+        no plugin was connected, kubelet's update or a resize, is kubelet's, never the record's);
+        asking ones that are not tracked are admitted. One bad container is skipped and named in
+        the journal, never failing the others. Records of NRI containers the runtime did not list
+        are released only when their cgroup is gone too (a partial or empty re-synchronization
+        must not drop running containers' records).
+        """
+        updates: List[Update] = []
+        known = set()
+        for facts in containers:
+            known.add(facts.id)
+            if facts.stopped:
+                continue
+            try:
+                answer = self._sync_one(facts)
+            except HookError as exc:
+                self.reporter.error(f"nri: Synchronize: container {facts.id}: {exc.kind}: {exc}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - one container never fails the others
+                self.reporter.error(f"nri: Synchronize: container {facts.id}: internal error: {exc!r}")
+                continue
+            if answer.adjust is not None:
+                updates.append(Update(facts.id, answer.adjust.resources, "synchronize"))
+        self._release_unlisted(known)
+        return Answer(Outcome("applied"), None, tuple(updates))
+
+    def _sync_one(self, facts: ContainerFacts) -> Answer:
+        answer = self.update(facts.id, facts.cpus, facts.quota)
+        if answer.outcome.status == "skipped":
+            answer = self.create(facts)
+        return answer
+
+    def _release_unlisted(self, known: set) -> None:
+        node = self.facts()
+        with state_lock(self.state_dir):
+            for cid in list_records(self.state_dir, "containers"):
+                if cid in known:
+                    continue
+                try:
+                    rec = load_container(self.state_dir, cid)
+                    if rec is None or rec.mode != "nri" or is_being_created(rec):
+                        continue
+                    if exists(inside(node.layout, rec.cgroup, f"record {cid}")):
+                        self.reporter.warning(f"nri: Synchronize did not list container {cid}, but its cgroup is "
+                                              "still there: its record is kept")
+                        continue
+                    release_locked(self.state_dir, node.layout, cid, self.reporter, why="gone from the runtime")
+                except HookError as exc:
+                    self.reporter.error(f"nri: {exc}")
+
+    def reconcile(self) -> None:
+        """The periodic reconcile: every record, both modes (what kubelet wrote directly: pod quotas)."""
+        try:
+            reconcile(self.config, self.reporter, reason="reapplied (nri periodic)", node=self.facts())
+        except HookError as exc:
+            self.reporter.error(f"nri: reconcile: {exc.kind}: {exc}")
+

@@ -1,0 +1,144 @@
+"""Status: the decision, checked against the cgroups ("verify" of the same knobs reconcile writes).
+
+Never fails as a whole: a bad shared set, an unreadable cgroup or a broken record is the problem
+of the rows it concerns (and, when node-wide, listed once). A row's ``drift`` names each field
+that differs with its desired and actual values; ``problem`` is "" when fine.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.cpuset import format_cpulist
+from ..core.desired import Kubelet, compute_desired, compute_pod_quota
+from ..core.errors import HookError, RecordError
+from ..core.model import ContainerRecord
+from ..core.plan import Observed
+from ..core.quota import format_quota_value
+from ..node.config import Config
+from ..node.facts import NodeFacts, read_node_facts
+from ..store.records import list_records, load_container
+from .common import check_membership, exists, inside, live_members, observe, read_assigned
+from .reconcile import is_being_created, read_inconsistent_pods
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+
+    from ..core.desired import Desired
+    from ..core.model import PodRecord
+
+
+def empty_row(cid: str) -> Dict[str, Any]:
+    return {
+        "id": cid, "mode": "", "namespace": "", "pod": "", "container": "", "cgroup": "",
+        "exclusive": "", "exclusive_source": "", "shared": "", "desired": "", "actual": "",
+        "quota": {"desired": "", "actual": ""}, "pod_quota": {"desired": "", "actual": ""},
+        "in_sync": False, "broken": False, "problem": "", "drift": [],
+        "last_reapply": "", "reapplies": 0, "pins_maybe_lost": False,
+    }
+
+
+def read_status_report(config: Config) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """The truth for every tracked container (both modes), and the node-wide problems."""
+    problems: List[str] = []
+    node: Optional[NodeFacts] = None
+    try:
+        node = read_node_facts(config)
+        if node.checkpoint_note:
+            problems.append(node.checkpoint_note)
+    except HookError as exc:
+        problems.append(str(exc))
+    try:
+        ids = list_records(config.state_dir, "containers")
+    except HookError as exc:
+        problems.append(str(exc))
+        ids = []
+    frozen = read_inconsistent_pods(config.state_dir, ids)
+    rows = [read_status_row(config.state_dir, node, cid, problems, frozen) for cid in ids]
+    return rows, problems
+
+
+def read_status(config: Config) -> List[Dict[str, Any]]:
+    """The rows of read_status_report."""
+    return read_status_report(config)[0]
+
+
+def read_status_row(state_dir: str, node: Optional[NodeFacts], cid: str, problems: List[str],
+                    frozen: FrozenSet[str] = frozenset()) -> Dict[str, Any]:
+    row = empty_row(cid)
+    try:
+        rec = load_container(state_dir, cid)
+    except HookError as exc:
+        row.update(broken=True, problem=str(exc))
+        return row
+    if rec is None:
+        row.update(problem="record removed while reading")
+        return row
+    row.update(mode=rec.mode, namespace=rec.identity.namespace, pod=rec.identity.pod,
+               container=rec.identity.container, exclusive=format_cpulist(rec.exclusive),
+               exclusive_source=rec.exclusive_source, last_reapply=rec.last_reapply or "",
+               reapplies=rec.reapplies, pins_maybe_lost=rec.pins_maybe_lost, cgroup=rec.cgroup.cpuset)
+    if node is None:
+        row["problem"] = f"node facts unreadable: {problems[0] if problems else 'unknown'}"
+        return row
+    row["shared"] = format_cpulist(node.shared)
+    try:
+        _verify(state_dir, node, rec, row, frozen)
+    except HookError as exc:
+        row["problem"] = str(exc)
+        row["broken"] = isinstance(exc, RecordError)
+    return row
+
+
+def _verify(state_dir: str, node: NodeFacts, rec: ContainerRecord, row: Dict[str, Any],
+            frozen: FrozenSet[str]) -> None:
+    """Fill ``row`` with the decision for ``rec`` now and where the cgroups differ from it."""
+    if rec.phase == "releasing":
+        row["problem"] = "release did not finish (reconcile finishes it)"
+        return
+    broken, pod_rec = check_membership(state_dir, rec)
+    if broken:
+        row.update(broken=True, problem=f"{os.path.join(state_dir, 'containers', rec.id + '.json')}: {broken}")
+        return
+    dirs = inside(node.layout, rec.cgroup, f"record {rec.id}")
+    pod = inside(node.layout, rec.pod_cgroup, f"record {rec.id}")
+    if dirs is None or not exists(dirs):
+        creating = is_being_created(rec)
+        row["problem"] = "being created (its cgroup is not there yet)" if creating else (
+            "cgroup gone (reconcile will forget it)")
+        row["in_sync"] = creating
+        return
+    observed = observe(node.layout, dirs, pod if pod is not None and os.path.isdir(pod.cpu) else None)
+    assigned = read_assigned(node, rec.identity, rec.id)
+    desired = compute_desired(Kubelet(observed.cpus, observed.quota, None, assigned), node.shared, rec)
+    exclusive = desired.exclusive if desired.mixed else rec.exclusive
+    row.update(exclusive=format_cpulist(exclusive), exclusive_source=desired.decided_by,
+               desired=format_cpulist(exclusive | node.shared), actual=format_cpulist(observed.cpus))
+    drift = _drift(state_dir, rec, desired, observed, pod_rec, row, frozen)
+    row["drift"] = drift
+    problem = "; ".join(f"{d['field']} is {d['actual']}, should be {d['desired']}" for d in drift)
+    if desired.kind == "conflict" or desired.note:
+        problem = "; ".join(p for p in (desired.note, problem) if p)
+    row["problem"] = problem
+    row["in_sync"] = not drift and desired.kind != "conflict"
+
+
+def _drift(state_dir: str, rec: ContainerRecord, desired: Desired, observed: Observed,
+           pod_rec: Optional[PodRecord], row: Dict[str, Any], frozen: FrozenSet[str]) -> List[Dict[str, str]]:
+    drift: List[Dict[str, str]] = []
+    if observed.cpus != (desired.cpus if desired.mixed else rec.exclusive | desired.shared):
+        drift.append({"field": "cpuset", "desired": row["desired"], "actual": row["actual"] or "empty"})
+    want = desired.quota.applied if desired.quota is not None else rec.quota.applied
+    row["quota"] = {"desired": format_quota_value(want), "actual": format_quota_value(observed.quota.quota)}
+    if want != observed.quota.quota:
+        drift.append({"field": "quota", **row["quota"]})
+    if pod_rec is not None and observed.pod_quota is not None and rec.pod_key not in frozen:
+        members = live_members(state_dir, pod_rec, keep=rec.id)
+        shares = [m.share_mcpu if m.id != rec.id or not desired.mixed else desired.share_mcpu for m in members]
+        pq = compute_pod_quota(observed.pod_quota, pod_rec.quota, shares)
+        row["pod_quota"] = {"desired": format_quota_value(pq.applied),
+                            "actual": format_quota_value(observed.pod_quota.quota)}
+        if pq.applied != observed.pod_quota.quota:
+            drift.append({"field": "pod_quota", **row["pod_quota"]})
+    return drift
