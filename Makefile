@@ -4,12 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv deps demo test test-unit lint bench bench-reapply clean
+.PHONY: venv deps demo test test-unit lint stubs bench bench-reapply clean
 
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter
+	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter \
+	    'mypy>=1.14,<2' types-PyYAML types-protobuf types-psutil
 	touch $@
 
 venv: $(VENV)/.stamp
@@ -28,11 +29,18 @@ $(DEMO_VENV)/.stamp: setup.cfg pyproject.toml
 demo: $(DEMO_VENV)/.stamp
 	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py
 
-# ruff, then the layering contracts of pyproject.toml (import-linter: front ends > operations > use
-# cases > store > node adapters > core).
+# ruff (with the complexity limit), the layering contracts of pyproject.toml (import-linter: front
+# ends > operations > use cases > store > node adapters > core), then mypy over the package
+# ([tool.mypy]; mypy 1.x, the last to check for a Python 3.9 target).
 lint: venv
 	$(VENV)/bin/ruff check hook tests benchmarks examples
 	cd hook && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
+	$(VENV)/bin/mypy
+
+# The .pyi of the NRI messages, from the tables of wire/api.py (tests/unit/nri/test_stubs.py fails
+# when it is stale).
+stubs: venv
+	$(PY) -m mixed_cpus_hook.frontends.nri.wire.stubgen
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

@@ -12,7 +12,7 @@ from .errors import CgroupError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Optional
+    from typing import NamedTuple, Optional
 else:
     from .compat import NamedTuple
 

@@ -17,7 +17,8 @@ class _NamedTupleMeta(type):
             return super().__new__(mcls, name, bases, ns)
         fields = list(ns.get("__annotations__", {}))
         defaults = [ns[f] for f in fields if f in ns]
-        cls = namedtuple(name, fields, defaults=defaults, module=ns.get("__module__"))
+        # mypy wants literal arguments to namedtuple(); these come from the class body.
+        cls = namedtuple(name, fields, defaults=defaults, module=ns.get("__module__"))  # type: ignore[misc]
         if ns.get("__doc__"):
             cls.__doc__ = ns["__doc__"]
         cls.__qualname__ = ns.get("__qualname__", name)
@@ -36,4 +37,5 @@ def NamedTuple(typename, fields=None):  # noqa: N802 - mirrors typing.NamedTuple
     return namedtuple(typename, [f for f, _ in fields or ()])
 
 
-NamedTuple.__mro_entries__ = lambda bases: (_Base,)
+# A function's attribute, as typing.NamedTuple's: `class P(NamedTuple)` makes a _Base subclass.
+NamedTuple.__mro_entries__ = lambda bases: (_Base,)  # type: ignore[attr-defined]

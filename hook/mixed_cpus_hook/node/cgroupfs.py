@@ -38,7 +38,7 @@ from ..core.errors import CgroupError, WriteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, List, Optional, Tuple
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
 def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
@@ -258,8 +258,9 @@ def write_text(path: str, text: str) -> None:
     except OSError as exc:
         import errno  # only on this failure path
 
-        hint = {errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
-                errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
+        hint: Dict[Optional[int], str] = {
+            errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
+            errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
     finally:
         os.close(fd)

@@ -11,6 +11,7 @@ Imported only by ``cli.py`` (never on the hook's createRuntime path): it may use
 from __future__ import annotations
 
 import glob
+import importlib
 import json
 import os
 import re
@@ -127,14 +128,12 @@ class TomlError(ValueError):
 def _toml_module() -> Any:
     """The TOML reader: tomllib (Python 3.11+), else tomli (RHEL 9: python3-tomli), else toml
     (RHEL 9: python3-toml 0.10.2). Each raises a ValueError subclass for bad input."""
-    try:
-        import tomllib as mod  # type: ignore[import-not-found]  # novermin (guarded: 3.11+)
-    except ImportError:
+    for name in ("tomllib", "tomli"):
         try:
-            import tomli as mod  # type: ignore[no-redef]
+            return importlib.import_module(name)
         except ImportError:
-            import toml as mod  # type: ignore[no-redef]
-    return mod
+            continue
+    return importlib.import_module("toml")
 
 
 def parse_toml(text: str) -> Dict[str, Any]:

@@ -42,7 +42,6 @@ import fcntl
 import os
 import sys
 
-from ...core.compat import NamedTuple
 from ...core.errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
 from ...node.config import load_config
 from ...node.log import Reporter
@@ -50,10 +49,12 @@ from ...store.records import PENDING, RECHECK, list_records, load_record, mark_p
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
-    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+    from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
     from ...node.config import Config
     from ...usecases.engine import NodeView
+else:
+    from ...core.compat import NamedTuple
 
 WATCH = "watch"
 WATCH_LOCK = "watch.lock"
