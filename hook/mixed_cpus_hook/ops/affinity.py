@@ -23,7 +23,8 @@ from typing import List, NamedTuple, Optional, Tuple
 
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import HookError
-from ..node.cgroupfs import Layout, read_layout
+from ..core.cgroup import Layout
+from ..node.cgroupfs import read_layout
 
 KEPT, WIDENED, CANNOT_TELL = "kept", "widened", "cannot-tell"
 SCRATCH_PREFIX = "mixed-cpus-hook-affinity-probe-"

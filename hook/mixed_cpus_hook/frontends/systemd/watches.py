@@ -115,16 +115,16 @@ def desired_links(layout: Any, rec: Dict[str, Any], cid: str) -> Optional[Dict[s
 
     The record's directories must resolve below the cgroup root (engine._dirs checks it).
     """
-    from ...node import cgroupfs as cg
+    from ...core.cgroup import cpuset_file, quota_file
     from ...usecases.engine import _dirs
 
     own = _dirs(rec.get("cgroup"), layout, f"record {cid}")
     if own is None or not (os.path.isdir(own.cpuset) and os.path.isdir(own.cpu)):
         return None
-    links = {LINK_CPUS: cg.cpuset_file(layout, own.cpuset), LINK_QUOTA: cg.quota_file(layout, own.cpu)}
+    links = {LINK_CPUS: cpuset_file(layout, own.cpuset), LINK_QUOTA: quota_file(layout, own.cpu)}
     pod = _dirs(rec.get("pod_cgroup"), layout, f"record {cid}")
     if pod is not None and os.path.isdir(pod.cpu):
-        links[LINK_POD_QUOTA] = cg.quota_file(layout, pod.cpu)
+        links[LINK_POD_QUOTA] = quota_file(layout, pod.cpu)
     return links
 
 
