@@ -6,13 +6,19 @@ record classes with this ``NamedTuple``, which accepts the same class syntax and
 plain ``collections.namedtuple`` (already loaded by ``json``'s own imports).
 """
 
+from __future__ import annotations
+
 from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, Optional, Tuple
 
 _SPECIAL = ("__annotations__", "__module__", "__qualname__", "__doc__", "__orig_bases__")
 
 
 class _NamedTupleMeta(type):
-    def __new__(mcls, name, bases, ns):  # noqa: N804 - metaclass
+    def __new__(mcls, name: str, bases: Tuple[type, ...], ns: Dict[str, Any]) -> type:  # noqa: N804 - metaclass
         if ns.get("_root"):
             return super().__new__(mcls, name, bases, ns)
         fields = list(ns.get("__annotations__", {}))
@@ -32,7 +38,7 @@ class _Base(metaclass=_NamedTupleMeta):
     _root = True
 
 
-def NamedTuple(typename, fields=None):  # noqa: N802 - mirrors typing.NamedTuple
+def NamedTuple(typename: str, fields: Optional[Iterable[Tuple[str, Any]]] = None) -> type:  # noqa: N802 - mirrors typing.NamedTuple
     """Functional form, ``NamedTuple("P", [("x", int)])``, like typing's."""
     return namedtuple(typename, [f for f, _ in fields or ()])
 

@@ -16,6 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Dict, List, Optional, TextIO
 
+    from ...node.config import Config
+    from ...node.log import Reporter
+    from ...node.oci import State
+
 FAST_COMMANDS = ("apply", "release")
 
 
@@ -61,12 +65,12 @@ def parse_fast_args(argv: List[str]) -> Optional[FastArgs]:
 
 
 def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None,
-             environ: Optional[Dict[str, str]] = None, reporter=None) -> int:
+             environ: Optional[Dict[str, str]] = None, reporter: Optional[Reporter] = None) -> int:
     """Run apply or release and turn any HookError into one line, a syslog entry and an exit code."""
     out = stdout if stdout is not None else sys.stdout
     rep = reporter  # the default Reporter is built when needed: a container that does not ask never loads log
     context = ""
-    config = None
+    config: Optional[Config] = None
     try:
         state = _read_state(args, stdin)
         context = f"container {state.id}: "
@@ -86,7 +90,7 @@ def run_hook(args: FastArgs, stdin: Optional[TextIO] = None, stdout: Optional[Te
         return _report_failure(args, exc, context, config, rep, environ)
 
 
-def _read_state(args: FastArgs, stdin: Optional[TextIO]):
+def _read_state(args: FastArgs, stdin: Optional[TextIO]) -> State:
     """The container's OCI state: from ``--state``'s file, else stdin (what the runtime passes)."""
     from ...node.oci import load_state
 
@@ -110,7 +114,7 @@ def _skip_reason(annotations: Dict[str, str]) -> str:
             "no io.kubernetes.container.name annotation (not a Kubernetes container)")
 
 
-def _run_command(args: FastArgs, state, config, rep, context: str) -> str:
+def _run_command(args: FastArgs, state: State, config: Config, rep: Reporter, context: str) -> str:
     """Run apply or release; what to print (one line per write; a dry run's "would write" lines)."""
     if args.command == "release":
         from ...usecases.engine import release_state
@@ -125,7 +129,7 @@ def _run_command(args: FastArgs, state, config, rep, context: str) -> str:
     return "".join(f"{context}{line}\n" for line in outcome.lines)
 
 
-def _report_failure(args: FastArgs, exc: HookError, context: str, config, rep,
+def _report_failure(args: FastArgs, exc: HookError, context: str, config: Optional[Config], rep: Optional[Reporter],
                     environ: Optional[Dict[str, str]]) -> int:
     """One line (stderr, syslog) for a failure, and the exit code: 0 when failure_policy is ignore.
 
@@ -140,7 +144,7 @@ def _report_failure(args: FastArgs, exc: HookError, context: str, config, rep,
     return EXIT_OK if ignored else exc.exit_code
 
 
-def _policy_config(args: FastArgs, environ: Optional[Dict[str, str]]):
+def _policy_config(args: FastArgs, environ: Optional[Dict[str, str]]) -> Optional[Config]:
     """The configuration, read only to learn failure_policy after an early error (bad state).
 
     None when it cannot be read either: then the error stands (policy "fail").
@@ -153,7 +157,7 @@ def _policy_config(args: FastArgs, environ: Optional[Dict[str, str]]):
         return None
 
 
-def _reporter(args: FastArgs, reporter):
+def _reporter(args: FastArgs, reporter: Optional[Reporter]) -> Reporter:
     """``reporter``, else a default Reporter for this command line."""
     if reporter is not None:
         return reporter
