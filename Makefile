@@ -4,12 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv deps demo test test-unit lint bench bench-reapply clean
+.PHONY: venv deps demo test test-unit lint stubs bench bench-reapply clean
 
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter
+	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter \
+	    'mypy>=1.14,<2' types-PyYAML types-protobuf types-psutil
 	touch $@
 
 venv: $(VENV)/.stamp
@@ -28,11 +29,18 @@ $(DEMO_VENV)/.stamp: setup.cfg pyproject.toml
 demo: $(DEMO_VENV)/.stamp
 	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py
 
-# ruff, then the layering contracts of pyproject.toml (import-linter: front ends > operations > use
-# cases > store > node adapters > core).
+# ruff (with the complexity limit), the layering contracts of pyproject.toml (import-linter: front
+# ends > operations > use cases > store > node adapters > core), then mypy over the package
+# ([tool.mypy]; mypy 1.x, the last to check for a Python 3.9 target).
 lint: venv
 	$(VENV)/bin/ruff check hook tests benchmarks examples
 	cd hook && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
+	$(VENV)/bin/mypy
+
+# The .pyi of the NRI messages, from the tables of wire/api.py (tests/unit/nri/test_stubs.py fails
+# when it is stale).
+stubs: venv
+	$(PY) -m mixed_cpus_hook.frontends.nri.wire.stubgen
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
@@ -51,7 +59,7 @@ test-compat-or-skip:
 	@if [ -n "$(PY39)" ]; then $(MAKE) --no-print-directory test-compat; else \
 	    echo "test-compat: no python3.9 found: SKIPPED vermin and the unit tests on Python 3.9 with RHEL 9's pins"; \
 	    echo "test-compat: running what needs no 3.9: ruff --target-version py39"; \
-	    $(VENV)/bin/ruff check --target-version py39 hook; fi
+	    $(VENV)/bin/ruff check --target-version py39 --ignore C901 hook; fi
 
 # docs/mixed-cpus-hook.8 from the click definitions (tests/unit/test_manpage.py fails when it is stale).
 man: venv
@@ -218,8 +226,9 @@ $(COMPAT_VENV)/.stamp: setup.cfg pyproject.toml
 	$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
+# What depends on the Python version (ruff's py39 rules, vermin); complexity is `make lint`'s.
 lint-py39: venv $(COMPAT_VENV)/.stamp
-	$(VENV)/bin/ruff check --target-version py39 hook
+	$(VENV)/bin/ruff check --target-version py39 --ignore C901 hook
 	$(COMPAT_VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- hook
 
 test-compat: lint-py39

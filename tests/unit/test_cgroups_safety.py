@@ -7,15 +7,9 @@ from typing import Any
 
 import pytest
 
+from mixed_cpus_hook.core.cgroup import Layout, compute_cgroup_matches, compute_pod_matches
 from mixed_cpus_hook.core.errors import CgroupError, WriteError
-from mixed_cpus_hook.node.cgroupfs import (
-    Layout,
-    compute_cgroup_matches,
-    compute_pod_matches,
-    find_link,
-    locate_container,
-    write_text,
-)
+from mixed_cpus_hook.node.cgroupfs import find_link, locate_container, write_text
 
 UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 

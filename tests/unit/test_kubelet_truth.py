@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import pytest
 
-from mixed_cpus_hook.node.cgroupfs import Quota
+from mixed_cpus_hook.core.cgroup import Quota
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.usecases.nri import ContainerFacts, NriEngine
 

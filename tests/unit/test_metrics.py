@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mixed_cpus_hook.core.model import Outcome
 from mixed_cpus_hook.frontends.systemd import watches
 from mixed_cpus_hook.node.config import Config
 from mixed_cpus_hook.usecases import metrics
-from mixed_cpus_hook.core.model import Outcome
 
 
 def parse(text: str) -> Dict[str, Any]:

@@ -29,13 +29,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
+from mixed_cpus_hook.core.cgroup import Quota
 from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
-from mixed_cpus_hook.node.cgroupfs import Quota
+from mixed_cpus_hook.core.model import Adjustment, Resources
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.store.records import list_records
-from mixed_cpus_hook.usecases.status import read_status_report
-from mixed_cpus_hook.core.model import Adjustment, Resources
 from mixed_cpus_hook.usecases.nri import ContainerFacts, NriEngine
+from mixed_cpus_hook.usecases.status import read_status_report
 
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 POD_BASE = 1000000

@@ -9,8 +9,8 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import pytest
 
-from mixed_cpus_hook.core.cpuset import parse_cpulist
 from mixed_cpus_hook.core.cgroup import Dirs, Layout, Quota
+from mixed_cpus_hook.core.cpuset import parse_cpulist
 from mixed_cpus_hook.core.desired import Desired, compute_exclusive, compute_pod_quota
 from mixed_cpus_hook.core.plan import Observed, Write, compute_plan, compute_release, describe
 from mixed_cpus_hook.core.quota import MCPU, QuotaState, compute_quota, compute_quota_hint

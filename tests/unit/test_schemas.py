@@ -18,8 +18,13 @@ import pytest
 from mixed_cpus_hook.core.errors import ConfigError, RecordError, StateError
 from mixed_cpus_hook.core.validate import CONFIG_KEYS, check_config, check_state
 from mixed_cpus_hook.node.config import Config
-from mixed_cpus_hook.store.records import (compute_migrated_pod, format_container_record, format_pod_record,
-                                           parse_container_record, parse_pod_record)
+from mixed_cpus_hook.store.records import (
+    compute_migrated_pod,
+    format_container_record,
+    format_pod_record,
+    parse_container_record,
+    parse_pod_record,
+)
 
 NEWER_KEYWORDS = {"$defs", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                   "$vocabulary", "dependentRequired", "dependentSchemas", "unevaluatedProperties",

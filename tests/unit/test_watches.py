@@ -18,12 +18,12 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
+from mixed_cpus_hook.core.cgroup import Dirs
 from mixed_cpus_hook.core.errors import CgroupError, RecordError
 from mixed_cpus_hook.frontends.systemd import watches
 from mixed_cpus_hook.node.config import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, load_config
-from mixed_cpus_hook.store import records
 from mixed_cpus_hook.node.facts import read_node_facts
-from mixed_cpus_hook.core.cgroup import Dirs
+from mixed_cpus_hook.store import records
 from mixed_cpus_hook.store.records import load_container
 from mixed_cpus_hook.usecases import reconcile as reconcile_module
 from mixed_cpus_hook.usecases.reconcile import reconcile

@@ -12,7 +12,7 @@ from .errors import CgroupError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Optional
+    from typing import NamedTuple, Optional
 else:
     from .compat import NamedTuple
 
@@ -78,7 +78,8 @@ def compute_systemd_path(cgroups_path: str) -> Optional[str]:
     return "/" + "/".join(parts + [unit])
 
 
-def _norm(rel: str) -> str:
+def normalize_cgroup_path(rel: str) -> str:
+    """A cgroup path in one spelling: ``a//b/`` -> ``/a/b``."""
     return "/" + "/".join(p for p in rel.split("/") if p)
 
 
@@ -92,7 +93,7 @@ def compute_spec_cgroup(cgroups_path: str, spec_where: str) -> str:
 
 def compute_cgroup_matches(found: str, named: str) -> bool:
     """The cgroup a process is in is the one linux.cgroupsPath names, or crun's subgroup of it."""
-    found, named = _norm(found), _norm(named)
+    found, named = normalize_cgroup_path(found), normalize_cgroup_path(named)
     return found == named or found == named.rstrip("/") + "/" + CRUN_SUBGROUP
 
 

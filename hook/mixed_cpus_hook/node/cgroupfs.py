@@ -12,23 +12,17 @@ from __future__ import annotations
 import os
 import re
 
-# The pure cgroup model lives in core.cgroup; names callers reach through this module are re-exported.
-from ..core.cgroup import (  # noqa: F401
-
+from ..core.cgroup import (
     CRUN_SUBGROUP,
     POD_DIR,
-    SYSTEMD_PATH,
     Dirs,
     Layout,
     Quota,
-    _norm,
     compute_cgroup_matches,
-    compute_pod_matches,
     compute_spec_cgroup,
-    compute_systemd_path,
     cpuset_file,
     effective_file,
-    format_quota,
+    normalize_cgroup_path,
     parse_proc_cgroup,
     parse_quota_v2,
     quota_file,
@@ -38,7 +32,7 @@ from ..core.errors import CgroupError, WriteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, List, Optional, Tuple
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
 def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
@@ -49,7 +43,7 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
         for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
             cpu_v1 = os.path.join(root, name)
             if os.path.isfile(os.path.join(cpu_v1, "cpu.cfs_quota_us")):
-                return Layout(1, root, cpuset_v1, resolve_inside(root, cpu_v1, "cpu hierarchy"))
+                return Layout(1, root, cpuset_v1, resolve_inside_root(root, cpu_v1, "cpu hierarchy"))
         raise CgroupError("cgroup v1 cpuset is mounted but no cpu controller hierarchy was found", root)
     try:
         # Binary read, then bytes.decode: open(encoding="ascii") would import encodings.ascii.
@@ -63,7 +57,7 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
     return Layout(2, root, root, root)
 
 
-def resolve_inside(root: str, path: str, what: str) -> str:
+def resolve_inside_root(root: str, path: str, what: str) -> str:
     """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
     real = os.path.realpath(path)
     if not _is_below(root, real):
@@ -90,11 +84,12 @@ def find_link(path: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def join_inside(base: str, rel: str, what: str, root: str) -> str:
+def join_inside_root(base: str, rel: str, what: str, root: str) -> str:
+    """``base/rel`` resolved (resolve_inside_root); a ``rel`` with "." or ".." parts is refused."""
     parts = [p for p in rel.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise CgroupError(f"{what} {rel!r} climbs out of its hierarchy", root)
-    return resolve_inside(root, os.path.join(base, *parts), what)
+    return resolve_inside_root(root, os.path.join(base, *parts), what)
 
 
 def _crun_parent(path: str, container_id: str) -> str:
@@ -143,8 +138,8 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
         named = f" (linux.cgroupsPath names {cgroups_path})" if cgroups_path else ""
         raise CgroupError(f"the container is in the root cgroup; refusing to change the whole node{named}", how)
     dirs = Dirs(
-        join_inside(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
-        join_inside(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
+        join_inside_root(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
+        join_inside_root(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
     )
     if text is not None:
         _check_same_cgroup(found, cgroups_path, container_id, pid, how, spec_where)
@@ -158,15 +153,16 @@ def _check_same_cgroup(found: Tuple[str, str], cgroups_path: Optional[str], cont
                        how: str, spec_where: str) -> None:
     """The process's cgroup must be this container's, as config.json names it."""
     for rel in dict.fromkeys(found):
+        norm = normalize_cgroup_path(rel)
         if cgroups_path:
-            named = _norm(compute_spec_cgroup(cgroups_path, spec_where))
+            named = normalize_cgroup_path(compute_spec_cgroup(cgroups_path, spec_where))
             if not compute_cgroup_matches(rel, named):
                 raise CgroupError(
-                    f"process {pid} is in {_norm(rel)} ({how}), not in {named}, the cgroup linux.cgroupsPath "
+                    f"process {pid} is in {norm} ({how}), not in {named}, the cgroup linux.cgroupsPath "
                     f"{cgroups_path} names: the state names another process; refusing", spec_where)
-        elif container_id not in os.path.basename(_crun_parent(_norm(rel), container_id)):
+        elif container_id not in os.path.basename(_crun_parent(norm, container_id)):
             raise CgroupError(
-                f"process {pid} is in {_norm(rel)} ({how}), whose name does not contain the container id "
+                f"process {pid} is in {norm} ({how}), whose name does not contain the container id "
                 f"{container_id}, and config.json has no linux.cgroupsPath: refusing", spec_where)
 
 
@@ -258,8 +254,9 @@ def write_text(path: str, text: str) -> None:
     except OSError as exc:
         import errno  # only on this failure path
 
-        hint = {errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
-                errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
+        hint: Dict[Optional[int], str] = {
+            errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
+            errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
     finally:
         os.close(fd)
@@ -270,3 +267,4 @@ def _readlink(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
+

@@ -18,7 +18,7 @@ from .files import FileRefused, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
+    from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 else:
     from ..core.compat import NamedTuple
 
@@ -103,7 +103,7 @@ def parse_config_text(text: str, where: str) -> Config:
     return parse_config(doc, where)
 
 
-def resolve_config_path(explicit: Optional[str], environ: Optional[Dict[str, str]] = None) -> Tuple[str, bool]:
+def resolve_config_path(explicit: Optional[str], environ: Optional[Mapping[str, str]] = None) -> Tuple[str, bool]:
     """The config path to use and whether it was asked for (a missing default means defaults)."""
     env = os.environ if environ is None else environ
     if explicit:
@@ -158,7 +158,7 @@ def _write_cache(cache_file: str, key: list, doc: Dict[str, Any]) -> None:
 
 
 def load_config(path: Optional[str] = None, cache_dir: Optional[str] = None,
-                environ: Optional[Dict[str, str]] = None) -> Config:
+                environ: Optional[Mapping[str, str]] = None) -> Config:
     """Load the configuration: ``--config``, else $MIXED_CPUS_HOOK_CONFIG, else the default file.
 
     A missing default file means all defaults; a missing file that was asked for is an error.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.cgroup import Layout
 from ..core.cpuset import require_subset
 from ..core.errors import HookError
 from . import cgroupfs as cg
@@ -29,7 +30,7 @@ else:
 class NodeFacts(NamedTuple):
     """Facts about the node every command needs: the cgroup layout, the shared CPUs, kubelet's record."""
 
-    layout: cg.Layout
+    layout: Layout
     shared: FrozenSet[int]
     shared_where: str
     online: FrozenSet[int] = frozenset()
@@ -122,7 +123,7 @@ def _read_shared(config: Config, cache: Optional[FactsCache]) -> Tuple[FrozenSet
     return value
 
 
-def _read_layout(config: Config, cache: Optional[FactsCache]) -> cg.Layout:
+def _read_layout(config: Config, cache: Optional[FactsCache]) -> Layout:
     if cache is None:
         return cg.read_layout(config.cgroup_root)
     hit, value = cache.get("layout", config.cgroup_root)

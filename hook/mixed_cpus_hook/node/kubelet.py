@@ -109,64 +109,85 @@ def parse_checkpoint(data: bytes, where: str) -> Checkpoint:
         raise KubeletStateError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", where) from None
     if not isinstance(doc, dict):
         raise KubeletStateError(f"must be a JSON object, not {_kind(doc)}", where)
-    fields = _fields(doc, where, "")
-    inner = fields.get("data")
-    verify = True
-    if inner is not None:
-        # The newest format: the state is a JSON document in a string; the outer fields are a
-        # copy for older kubelets. Its own checksum is not checked (see the module docstring).
-        if not isinstance(inner, str):
-            raise KubeletStateError(f"field 'data' must be a string, not {_kind(inner)}", where)
-        try:
-            idoc = json.loads(inner)
-        except ValueError as exc:
-            raise KubeletStateError(f"field 'data' is not valid JSON ({str(exc).splitlines()[0][:120]})",
-                                    where) from None
-        if not isinstance(idoc, dict):
-            raise KubeletStateError(f"field 'data' must hold a JSON object, not {_kind(idoc)}", where)
-        fields = _fields(idoc, where, "data: ")
-        verify = False
+    fields, verify = _state_fields(doc, where)
     policy, default_text = fields["policyName"], fields["defaultCpuSet"]
     default = _cpus(default_text, "'defaultCpuSet'", where)
     raw = fields.get("entries", {})
-    if not isinstance(raw, dict):
-        raise KubeletStateError(f"field 'entries' must be an object, not {_kind(raw)}", where)
-    entries: Dict[str, Dict[str, FrozenSet[int]]] = {}
-    by_id: Dict[str, FrozenSet[int]] = {}
-    kinds = set()
-    for key, value in raw.items():
-        if isinstance(value, str):  # V1: container id -> cpulist
-            kinds.add("v1")
-            by_id[key] = _cpus(value, f"'entries.{key[:80]}'", where)
-        elif isinstance(value, dict):  # V2: pod uid -> container name -> cpulist
-            kinds.add("v2")
-            per_pod = {}
-            for name, cpus in value.items():
-                if not isinstance(cpus, str):
-                    raise KubeletStateError(
-                        f"field 'entries.{key[:80]}.{name[:80]}' must be a cpulist string, not {_kind(cpus)}", where)
-                per_pod[name] = _cpus(cpus, f"'entries.{key[:80]}.{name[:80]}'", where)
-            entries[key] = per_pod
-        else:
-            raise KubeletStateError(
-                f"field 'entries.{key[:80]}' must be an object (V2) or a cpulist string (V1), not {_kind(value)}",
-                where)
-    if len(kinds) > 1:
-        raise KubeletStateError("field 'entries' mixes V1 (container id) and V2 (pod uid) entries", where)
+    entries, by_id, kinds = parse_entries(raw, where)
     checksum = fields.get("checksum", 0)
     if isinstance(checksum, bool) or not isinstance(checksum, int) or not 0 <= checksum < _U64:
         raise KubeletStateError(f"field 'checksum' must be an unsigned integer, not {checksum!r:.40}", where)
     verified = False
     if verify and checksum:
-        # Kubelet tries V2, then V1; a file without entries may carry either checksum.
-        shapes = (True,) if "v1" in kinds else (False,) if "v2" in kinds else (False, True)
-        sums = [compute_fnv32a(format_spew(policy, default_text, raw, v1).encode("utf-8")) for v1 in shapes]
-        if checksum not in sums:
-            raise KubeletStateError(
-                f"field 'checksum': {checksum} does not match the content ({sums[0]}); the file is corrupt or "
-                "was not written by kubelet", where)
+        check_checksum(checksum, policy, default_text, raw, kinds, where)
         verified = True
     return Checkpoint(policy, default, entries, where, by_id, verified)
+
+
+def _state_fields(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], bool]:
+    """The state's fields, and whether its checksum can be checked.
+
+    The newest format holds the state as a JSON document in the string field ``data``; the outer
+    fields are a copy for older kubelets. Its own checksum is not checked (see the module docstring).
+    """
+    fields = _fields(doc, where, "")
+    inner = fields.get("data")
+    if inner is None:
+        return fields, True
+    if not isinstance(inner, str):
+        raise KubeletStateError(f"field 'data' must be a string, not {_kind(inner)}", where)
+    try:
+        idoc = json.loads(inner)
+    except ValueError as exc:
+        raise KubeletStateError(f"field 'data' is not valid JSON ({str(exc).splitlines()[0][:120]})",
+                                where) from None
+    if not isinstance(idoc, dict):
+        raise KubeletStateError(f"field 'data' must hold a JSON object, not {_kind(idoc)}", where)
+    return _fields(idoc, where, "data: "), False
+
+
+def parse_entries(raw: Any, where: str) -> Tuple[Dict[str, Dict[str, FrozenSet[int]]], Dict[str, FrozenSet[int]],
+                                                 FrozenSet[str]]:
+    """``entries``: (V2 pod uid -> container name -> CPUs, V1 container id -> CPUs, the kinds seen: v1, v2)."""
+    if not isinstance(raw, dict):
+        raise KubeletStateError(f"field 'entries' must be an object, not {_kind(raw)}", where)
+    entries: Dict[str, Dict[str, FrozenSet[int]]] = {}
+    by_id: Dict[str, FrozenSet[int]] = {}
+    for key, value in raw.items():
+        if isinstance(value, str):  # V1: container id -> cpulist
+            by_id[key] = _cpus(value, f"'entries.{key[:80]}'", where)
+        elif isinstance(value, dict):  # V2: pod uid -> container name -> cpulist
+            entries[key] = _pod_entries(key, value, where)
+        else:
+            raise KubeletStateError(
+                f"field 'entries.{key[:80]}' must be an object (V2) or a cpulist string (V1), not {_kind(value)}",
+                where)
+    kinds = frozenset(kind for kind, found in (("v1", by_id), ("v2", entries)) if found)
+    if len(kinds) > 1:
+        raise KubeletStateError("field 'entries' mixes V1 (container id) and V2 (pod uid) entries", where)
+    return entries, by_id, kinds
+
+
+def _pod_entries(pod_uid: str, value: Dict[str, Any], where: str) -> Dict[str, FrozenSet[int]]:
+    per_pod = {}
+    for name, cpus in value.items():
+        if not isinstance(cpus, str):
+            raise KubeletStateError(
+                f"field 'entries.{pod_uid[:80]}.{name[:80]}' must be a cpulist string, not {_kind(cpus)}", where)
+        per_pod[name] = _cpus(cpus, f"'entries.{pod_uid[:80]}.{name[:80]}'", where)
+    return per_pod
+
+
+def check_checksum(checksum: int, policy: str, default_text: str, raw: Dict[str, Any], kinds: FrozenSet[str],
+                   where: str) -> None:
+    """Raise unless ``checksum`` is kubelet's for this content (kubelet tries V2, then V1; a file
+    without entries may carry either)."""
+    shapes = (True,) if "v1" in kinds else (False,) if "v2" in kinds else (False, True)
+    sums = [compute_fnv32a(format_spew(policy, default_text, raw, v1).encode("utf-8")) for v1 in shapes]
+    if checksum not in sums:
+        raise KubeletStateError(
+            f"field 'checksum': {checksum} does not match the content ({sums[0]}); the file is corrupt or "
+            "was not written by kubelet", where)
 
 
 def load_checkpoint(path: str = DEFAULT_STATE_FILE) -> Optional[Checkpoint]:

@@ -77,12 +77,14 @@ def load_state(stream: IO[str], where: str = "stdin") -> State:
     return parse_state(text, where)
 
 
-def _get(doc: Dict[str, Any], *keys: str) -> Any:
+def _get(doc: Any, *keys: str) -> Any:
+    """``doc[k1][k2]...``, or None where a level is missing or not an object."""
+    value = doc
     for key in keys:
-        if not isinstance(doc, dict):
+        if not isinstance(value, dict):
             return None
-        doc = doc.get(key)
-    return doc
+        value = value.get(key)
+    return value
 
 
 def _int_or_none(value: Any, field: str, where: str) -> Optional[int]:

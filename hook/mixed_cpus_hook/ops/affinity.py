@@ -21,9 +21,10 @@ import sys
 import time
 from typing import List, NamedTuple, Optional, Tuple
 
+from ..core.cgroup import Layout
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import HookError
-from ..node.cgroupfs import Layout, read_layout
+from ..node.cgroupfs import read_layout
 
 KEPT, WIDENED, CANNOT_TELL = "kept", "widened", "cannot-tell"
 SCRATCH_PREFIX = "mixed-cpus-hook-affinity-probe-"

@@ -11,6 +11,7 @@ Imported only by ``cli.py`` (never on the hook's createRuntime path): it may use
 from __future__ import annotations
 
 import glob
+import importlib
 import json
 import os
 import re
@@ -127,14 +128,12 @@ class TomlError(ValueError):
 def _toml_module() -> Any:
     """The TOML reader: tomllib (Python 3.11+), else tomli (RHEL 9: python3-tomli), else toml
     (RHEL 9: python3-toml 0.10.2). Each raises a ValueError subclass for bad input."""
-    try:
-        import tomllib as mod  # type: ignore[import-not-found]  # novermin (guarded: 3.11+)
-    except ImportError:
+    for name in ("tomllib", "tomli"):
         try:
-            import tomli as mod  # type: ignore[no-redef]
+            return importlib.import_module(name)
         except ImportError:
-            import toml as mod  # type: ignore[no-redef]
-    return mod
+            continue
+    return importlib.import_module("toml")
 
 
 def parse_toml(text: str) -> Dict[str, Any]:
@@ -207,61 +206,86 @@ def read_cpu_facts(config: Config, config_ok: bool) -> Dict[str, Any]:
     return facts
 
 
+KUBELET_FLAGS = (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
+                 ("cgroupDriver", "--cgroup-driver"))
+KUBELET_CONFIG_KEYS = ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver", "kubeReserved", "systemReserved")
+
+
 def read_kubelet_facts(paths: Paths) -> Dict[str, Any]:
     """KubeletConfiguration (the subset we judge), kubelet's overriding flags, the CPU manager state."""
     argv = process_args("kubelet") if paths.detect else None
     facts: Dict[str, Any] = {"running": argv is not None, "config_path": None, "config_source": None,
                              "config_error": None, "config": None, "flags": {}, "state_path": None,
                              "state_source": None, "state_error": None, "state": None}
+    facts["flags"] = compute_kubelet_flags(argv)
+    facts.update(read_kubelet_config(compute_kubelet_config_candidates(paths, argv)))
+    facts["state_path"], facts["state_source"] = compute_kubelet_state_location(paths, argv)
+    facts["state"], facts["state_error"] = read_json_file(facts["state_path"])
+    return facts
+
+
+def compute_kubelet_flags(argv: Optional[Sequence[str]]) -> Dict[str, str]:
+    """The KubeletConfiguration settings kubelet's command line overrides (the last of each flag wins)."""
+    if not argv:
+        return {}
     flags = {}
-    if argv:
-        for key, flag in (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
-                          ("cgroupDriver", "--cgroup-driver")):
-            value = _last(flag_values(argv, flag))
-            if value is not None:
-                flags[key] = value
-    facts["flags"] = flags
-    candidates: List[Tuple[str, str]] = []
+    for key, flag in KUBELET_FLAGS:
+        value = _last(flag_values(argv, flag))
+        if value is not None:
+            flags[key] = value
+    return flags
+
+
+def compute_kubelet_config_candidates(paths: Paths, argv: Optional[Sequence[str]]) -> List[Tuple[str, str]]:
+    """(path, where it came from) of kubelet's configuration: the option, else kubelet's --config, else the defaults."""
     if paths.kubelet_config:
-        candidates = [(paths.kubelet_config, "option")]
-    elif argv and _last(flag_values(argv, "--config")):
-        candidates = [(_last(flag_values(argv, "--config")) or "", "kubelet's command line")]
-    else:
-        candidates = [(p, "default") for p in DEFAULT_KUBELET_CONFIGS]
+        return [(paths.kubelet_config, "option")]
+    flagged = _last(flag_values(argv, "--config")) if argv else None
+    if flagged:
+        return [(flagged, "kubelet's command line")]
+    return [(p, "default") for p in DEFAULT_KUBELET_CONFIGS]
+
+
+def read_kubelet_config(candidates: Sequence[Tuple[str, str]]) -> Dict[str, Any]:
+    """The first KubeletConfiguration among ``candidates`` (config_path, config_source, config or config_error).
+
+    A default path that is missing or holds something else (kubeadm's /etc/kubernetes/kubelet.conf
+    is a kubeconfig) is passed over; a path that was named is the answer, good or bad.
+    """
     for path, source in candidates:
+        found: Dict[str, Any] = {"config_path": path, "config_source": source}
         try:
             doc = _yaml_load(_read_text(path))
         except FileNotFoundError:
-            if source != "default":
-                facts.update(config_path=path, config_source=source, config_error="not found")
-                break
-            continue
+            if source == "default":
+                continue
+            return dict(found, config_error="not found")
         except Exception as exc:  # OSError, yaml.YAMLError, UnicodeDecodeError
-            facts.update(config_path=path, config_source=source,
-                         config_error=f"cannot read: {_error_text(exc).splitlines()[0]}")
-            break
-        if not isinstance(doc, dict) or doc.get("kind") != "KubeletConfiguration":
-            if source != "default":
-                facts.update(config_path=path, config_source=source, config_error="not a KubeletConfiguration")
-                break
-            continue  # e.g. kubeadm's /etc/kubernetes/kubelet.conf is a kubeconfig
-        facts.update(config_path=path, config_source=source,
-                     config={k: doc.get(k) for k in ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver",
-                                                     "kubeReserved", "systemReserved")})
-        break
+            return dict(found, config_error=f"cannot read: {_error_text(exc).splitlines()[0]}")
+        if isinstance(doc, dict) and doc.get("kind") == "KubeletConfiguration":
+            return dict(found, config={k: doc.get(k) for k in KUBELET_CONFIG_KEYS})
+        if source != "default":
+            return dict(found, config_error="not a KubeletConfiguration")
+    return {}
+
+
+def compute_kubelet_state_location(paths: Paths, argv: Optional[Sequence[str]]) -> Tuple[str, str]:
+    """(path, where it came from) of the CPU manager's state file: the option, else under kubelet's root."""
     if paths.kubelet_state:
-        facts.update(state_path=paths.kubelet_state, state_source="option")
-    else:
-        root = (_last(flag_values(argv, "--root-dir")) if argv else None) or DEFAULT_KUBELET_ROOT
-        facts.update(state_path=os.path.join(root, "cpu_manager_state"),
-                     state_source="kubelet's --root-dir" if root != DEFAULT_KUBELET_ROOT else "default")
+        return paths.kubelet_state, "option"
+    root = (_last(flag_values(argv, "--root-dir")) if argv else None) or DEFAULT_KUBELET_ROOT
+    return (os.path.join(root, "cpu_manager_state"),
+            "kubelet's --root-dir" if root != DEFAULT_KUBELET_ROOT else "default")
+
+
+def read_json_file(path: str) -> Tuple[Any, Optional[str]]:
+    """(document, None), or (None, why not: "not found", "cannot read: ...")."""
     try:
-        facts["state"] = json.loads(_read_text(facts["state_path"]))
+        return json.loads(_read_text(path)), None
     except FileNotFoundError:
-        facts["state_error"] = "not found"
+        return None, "not found"
     except (OSError, ValueError) as exc:
-        facts["state_error"] = f"cannot read: {_error_text(exc)}"
-    return facts
+        return None, f"cannot read: {_error_text(exc)}"
 
 
 def read_crio_facts(paths: Paths) -> Dict[str, Any]:
@@ -284,37 +308,52 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
             facts["errors"].append(f"{path}: {_error_text(exc)}")
             continue
         facts["files"].append(path)
-        runtime = toml_get(doc, "crio.runtime") or {}
-        hooks = runtime.get("hooks_dir")
-        if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
-            facts.update(hooks_dir=hooks, hooks_dir_source=path)
-        manager = runtime.get("cgroup_manager")
-        if isinstance(manager, str):
-            facts.update(cgroup_manager=manager, cgroup_manager_source=path)
-        shared = runtime.get("shared_cpuset")
-        if isinstance(shared, str):
-            facts.update(shared_cpuset=shared, shared_cpuset_source=path)
-        nri = toml_get(doc, "crio.nri.enable_nri")
-        if isinstance(nri, bool):
-            facts.update(nri=nri, nri_source=path)
+        facts.update(compute_crio_file_settings(doc, path))
     if argv:
-        shared = _last(flag_values(argv, "--shared-cpuset"))
-        if shared is not None:
-            facts.update(shared_cpuset=shared, shared_cpuset_source="crio's command line")
-        nri = _last(flag_values(argv, "--enable-nri"))
-        if nri is not None:
-            facts.update(nri=nri.lower() in ("true", "1", ""), nri_source="crio's command line")
-        elif "--enable-nri" in argv:
-            facts.update(nri=True, nri_source="crio's command line")
-        flagged = flag_values(argv, "--hooks-dir")
-        if flagged:
-            facts.update(hooks_dir=flagged, hooks_dir_source="crio's command line")
-        manager = _last(flag_values(argv, "--cgroup-manager"))
-        if manager:
-            facts.update(cgroup_manager=manager, cgroup_manager_source="crio's command line")
+        facts.update(compute_crio_flag_settings(argv))
     if paths.hooks_dirs:
         facts.update(hooks_dir=list(paths.hooks_dirs), hooks_dir_source="option")
     return facts
+
+
+def compute_crio_file_settings(doc: Dict[str, Any], path: str) -> Dict[str, Any]:
+    """The settings (and ``<name>_source``: ``path``) one CRI-O configuration file makes."""
+    settings: Dict[str, Any] = {}
+    runtime = toml_get(doc, "crio.runtime") or {}
+    hooks = runtime.get("hooks_dir")
+    if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
+        settings.update(hooks_dir=hooks, hooks_dir_source=path)
+    manager = runtime.get("cgroup_manager")
+    if isinstance(manager, str):
+        settings.update(cgroup_manager=manager, cgroup_manager_source=path)
+    shared = runtime.get("shared_cpuset")
+    if isinstance(shared, str):
+        settings.update(shared_cpuset=shared, shared_cpuset_source=path)
+    nri = toml_get(doc, "crio.nri.enable_nri")
+    if isinstance(nri, bool):
+        settings.update(nri=nri, nri_source=path)
+    return settings
+
+
+def compute_crio_flag_settings(argv: Sequence[str]) -> Dict[str, Any]:
+    """The settings crio's command line makes; they override its files."""
+    source = "crio's command line"
+    settings: Dict[str, Any] = {}
+    shared = _last(flag_values(argv, "--shared-cpuset"))
+    if shared is not None:
+        settings.update(shared_cpuset=shared, shared_cpuset_source=source)
+    nri = _last(flag_values(argv, "--enable-nri"))
+    if nri is not None:
+        settings.update(nri=nri.lower() in ("true", "1", ""), nri_source=source)
+    elif "--enable-nri" in argv:
+        settings.update(nri=True, nri_source=source)
+    flagged = flag_values(argv, "--hooks-dir")
+    if flagged:
+        settings.update(hooks_dir=flagged, hooks_dir_source=source)
+    manager = _last(flag_values(argv, "--cgroup-manager"))
+    if manager:
+        settings.update(cgroup_manager=manager, cgroup_manager_source=source)
+    return settings
 
 
 def read_hook_files(dirs: Iterable[str]) -> List[Dict[str, Any]]:
@@ -322,28 +361,34 @@ def read_hook_files(dirs: Iterable[str]) -> List[Dict[str, Any]]:
     found = []
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(glob.escape(d), "*.json"))):
-            entry: Dict[str, Any] = {"file": path, "error": None}
             try:
                 doc = json.loads(_read_text(path, 1 << 20))
             except (OSError, ValueError) as exc:
                 if os.path.basename(path).startswith(HOOK_NAME):
-                    entry["error"] = f"cannot read: {_error_text(exc)}"
-                    found.append(entry)
+                    found.append({"file": path, "error": f"cannot read: {_error_text(exc)}"})
                 continue
-            hook = doc.get("hook") if isinstance(doc, dict) else None
-            exe = hook.get("path") if isinstance(hook, dict) else None
-            ours = os.path.basename(path).startswith(HOOK_NAME) or (
-                isinstance(exe, str) and os.path.basename(exe) == HOOK_NAME)
-            if not ours:
-                continue
-            if not isinstance(exe, str):
-                entry["error"] = "no hook.path"
+            entry = parse_hook_file(path, doc)
+            if entry is not None:
                 found.append(entry)
-                continue
-            entry.update(path=exe, path_ok=os.path.isfile(exe) and os.access(exe, os.X_OK),
-                         args=hook.get("args") or [], stages=doc.get("stages") or [], when=doc.get("when") or {})
-            found.append(entry)
     return found
+
+
+def parse_hook_file(path: str, doc: Any) -> Optional[Dict[str, Any]]:
+    """A hooks.d file's entry when it runs this hook (by file name or hook.path), else None.
+
+    The entry's ``path_ok`` says whether hook.path is an executable file (the one look at the system).
+    """
+    hook = doc.get("hook") if isinstance(doc, dict) else None
+    if not isinstance(hook, dict):
+        hook = {}
+    exe = hook.get("path")
+    named_ours = os.path.basename(path).startswith(HOOK_NAME)
+    if not isinstance(exe, str):
+        return {"file": path, "error": "no hook.path"} if named_ours else None
+    if not (named_ours or os.path.basename(exe) == HOOK_NAME):
+        return None
+    return {"file": path, "error": None, "path": exe, "path_ok": os.path.isfile(exe) and os.access(exe, os.X_OK),
+            "args": hook.get("args") or [], "stages": doc.get("stages") or [], "when": doc.get("when") or {}}
 
 
 def read_unit_facts(paths: Paths, units: Sequence[str]) -> Dict[str, Any]:
@@ -574,16 +619,8 @@ def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Opti
         out.append(Finding("cpu-manager-state", ERROR,
                            f"{where}: policyName {state_policy!r} but kubelet is configured with {policy!r}: "
                            "kubelet refuses to start", DRAIN_AND_RESET.format(state=k["state_path"])))
-    overlaps = []
     entries = doc.get("entries") or {}
-    if shared and isinstance(entries, dict):
-        for pod_uid, containers in sorted(entries.items()):
-            if not isinstance(containers, dict):
-                continue
-            for name, cpus_text in sorted(containers.items()):
-                cpus = _cpus(cpus_text)
-                if cpus and cpus & shared:
-                    overlaps.append(f"pod {pod_uid} container {name}: {format_cpulist(cpus & shared)}")
+    overlaps = compute_shared_overlaps(entries, shared)
     if overlaps:
         out.append(Finding("cpu-manager-state", ERROR,
                            f"{where}: shared CPUs assigned exclusively: " + "; ".join(overlaps),
@@ -595,6 +632,19 @@ def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Opti
                            f"{where}: no exclusive assignment overlaps the shared CPUs ({count} assignment(s))"
                            if shared is not None else f"{where}: {count} assignment(s); shared CPUs unknown"))
     return out
+
+
+def compute_shared_overlaps(entries: Any, shared: Optional[frozenset]) -> List[str]:
+    """The exclusive assignments of a CPU manager state's ``entries`` that hold shared CPUs, one line each."""
+    if not shared or not isinstance(entries, dict):
+        return []
+    overlaps = []
+    for pod_uid, containers in sorted(entries.items()):
+        for name, cpus_text in sorted(containers.items()) if isinstance(containers, dict) else ():
+            cpus = _cpus(cpus_text)
+            if cpus and cpus & shared:
+                overlaps.append(f"pod {pod_uid} container {name}: {format_cpulist(cpus & shared)}")
+    return overlaps
 
 
 def read_exclusive_source_facts(config: Config, config_ok: bool) -> Optional[Dict[str, Any]]:

@@ -25,8 +25,7 @@ import os
 from ..core.cgroup import Dirs
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
-from ..core.model import (MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member,
-                          PodRecord)
+from ..core.model import MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member, PodRecord
 from ..core.quota import MCPU, QuotaState
 from ..core.validate import ID_PATTERN, NAME_PATTERN, is_plain_name
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..core.cgroup import Dirs, Layout
+from ..core.cgroup import Dirs, Layout, Quota, compute_pod_matches, cpuset_file, format_quota, quota_file
 from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
 from ..core.errors import CgroupError, HookError, KubeletStateError, RecordError, WriteError
 from ..core.model import ContainerRecord, Identity, Member, PodRecord
@@ -28,8 +28,15 @@ from ..core.plan import Observed, Write
 from ..core.quota import compute_settled
 from ..node import cgroupfs as cg
 from ..node.facts import NodeFacts
-from ..store.records import (container_exists, delete_record, load_container, load_pod, record_path, save_container,
-                             save_pod)
+from ..store.records import (
+    container_exists,
+    delete_record,
+    load_container,
+    load_pod,
+    record_path,
+    save_container,
+    save_pod,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -90,7 +97,7 @@ def inside(layout: Layout, dirs: Optional[Dirs], what: str) -> Optional[Dirs]:
     """A record's cgroup dirs, resolved, refused unless below the cgroup root (records are input)."""
     if dirs is None:
         return None
-    return Dirs(cg.resolve_inside(layout.root, dirs.cpuset, what), cg.resolve_inside(layout.root, dirs.cpu, what))
+    return Dirs(cg.resolve_inside_root(layout.root, dirs.cpuset, what), cg.resolve_inside_root(layout.root, dirs.cpu, what))
 
 
 def exists(dirs: Optional[Dirs]) -> bool:
@@ -134,7 +141,7 @@ def verify(layout: Layout, writes: Sequence[Write], dirs: Optional[Dirs], desire
             same = got.split() == w.new.split()
         if not same:
             raise WriteError(f"wrote {w.new!r} but it reads back {got!r}", w.path)
-    if layout.version == 2 and dirs is not None and any(w.path == cg.cpuset_file(layout, dirs.cpuset) for w in writes):
+    if layout.version == 2 and dirs is not None and any(w.path == cpuset_file(layout, dirs.cpuset) for w in writes):
         eff = cg.read_effective_cpus(layout, dirs.cpuset)
         if eff != desired:
             raise WriteError(
@@ -147,8 +154,8 @@ def lower_to_base(layout: Layout, cpu_dir: str, q: QuotaState, why: str) -> Tupl
     current = cg.read_quota(layout, cpu_dir)
     if not q.is_ours(current.quota, current.period) or current.quota == q.base:
         return ()
-    w = Write(cg.quota_file(layout, cpu_dir), cg.format_quota(layout, current),
-              cg.format_quota(layout, cg.Quota(q.base, current.period)), why)
+    w = Write(quota_file(layout, cpu_dir), format_quota(layout, current),
+              format_quota(layout, Quota(q.base, current.period)), why)
     cg.write_text(w.path, w.new)
     return (w,)
 
@@ -157,7 +164,7 @@ def check_pod_uid(pod: Optional[Dirs], pod_uid: str, where: str) -> None:
     """The pod cgroup the container sits in must be the pod its annotations name."""
     if pod is None or not pod_uid:
         return
-    if not cg.compute_pod_matches(os.path.basename(pod.cpu), pod_uid):
+    if not compute_pod_matches(os.path.basename(pod.cpu), pod_uid):
         raise CgroupError(f"the container's pod cgroup {pod.cpu} is not the cgroup of pod {pod_uid} "
                           "that its annotations name", where)
 

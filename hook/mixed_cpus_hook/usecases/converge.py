@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import os
 
-from ..core.cgroup import Dirs
+from ..core.cgroup import Dirs, cpuset_file
 from ..core.desired import Kubelet, compute_desired, compute_pod_quota
 from ..core.errors import CgroupError, HookError
 from ..core.model import ContainerRecord, Identity, Outcome, PodRecord
 from ..core.plan import compute_plan, describe
-from ..node import cgroupfs as cg
 from ..node.facts import NodeFacts
 from ..node.log import Reporter
-from .common import (build_record, execute, live_members, now_stamp, observe, pod_key_of, read_assigned,
-                     restore_records, save_changed, settle_records, with_member)
+from .common import (
+    build_record,
+    execute,
+    live_members,
+    now_stamp,
+    observe,
+    pod_key_of,
+    read_assigned,
+    restore_records,
+    save_changed,
+    settle_records,
+    with_member,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -101,7 +111,7 @@ def converge(state_dir: str, node: NodeFacts, t: Target, reporter: Reporter, rea
         if dry_run:
             return Outcome("planned" if writes else "in-sync", tuple(describe(writes)))
         grows_back = (prev is not None and observed.cpus < desired.cpus
-                      and any(w.path == cg.cpuset_file(layout, t.dirs.cpuset) for w in writes))
+                      and any(w.path == cpuset_file(layout, t.dirs.cpuset) for w in writes))
         if grows_back and not pins_lost:
             pins_lost = not kernel_keeps_pins(state_dir)
         rec = build_record(t.cid, t.identity, t.mode, "applied", layout, t.dirs, t.pod, desired, prev, pins_lost)

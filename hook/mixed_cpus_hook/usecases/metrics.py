@@ -26,8 +26,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
     from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-    from ..node.config import Config
     from ..core.model import Outcome
+    from ..node.config import Config
 
 STATE_FILE = "metrics.json"
 PREFIX = "mixed_cpus_hook_"
@@ -50,26 +50,25 @@ def compute_state(state: Dict[str, Any], results: Sequence[Tuple[str, Outcome]],
     ``pins_maybe_lost`` for the containers of this run. A full run (every record) sets the last
     full reconcile time and forgets containers it did not see.
     """
-    out = {"containers": dict(state.get("containers") or {}), "reapplies": dict(state.get("reapplies") or {}),
-           "errors": int(state.get("errors") or 0), "last_full_reconcile": state.get("last_full_reconcile")}
+    containers: Dict[str, Dict[str, Any]] = dict(state.get("containers") or {})
+    reapplies: Dict[str, int] = dict(state.get("reapplies") or {})
+    errors = int(state.get("errors") or 0)
     for cid, outcome in results:
         if cid == "-":  # a line of the watch sync, not a container
-            out["errors"] += outcome.status in ERROR_STATUSES
+            errors += outcome.status in ERROR_STATUSES
             continue
         if outcome.status == "applied":
-            out["reapplies"][reason] = out["reapplies"].get(reason, 0) + 1
+            reapplies[reason] = reapplies.get(reason, 0) + 1
         if outcome.status in ERROR_STATUSES:
-            out["errors"] += 1
+            errors += 1
         new = STATUS_STATE.get(outcome.status, DRIFTED)
         if new is None:
-            out["containers"].pop(cid, None)
+            containers.pop(cid, None)
         else:
-            out["containers"][cid] = {"state": new, "pins_maybe_lost": bool(pins.get(cid, False))}
+            containers[cid] = {"state": new, "pins_maybe_lost": bool(pins.get(cid, False))}
     tracked = set(records)
-    out["containers"] = {cid: v for cid, v in out["containers"].items() if cid in tracked}
-    if full:
-        out["last_full_reconcile"] = now
-    return out
+    return {"containers": {cid: v for cid, v in containers.items() if cid in tracked}, "reapplies": reapplies,
+            "errors": errors, "last_full_reconcile": now if full else state.get("last_full_reconcile")}
 
 
 def _label(value: str) -> str:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import os
 
-from ..core.cgroup import Dirs, Quota
+from ..core.cgroup import Dirs, Layout, Quota, compute_systemd_path
 from ..core.cpuset import format_cpulist
 from ..core.desired import Desired, Kubelet, compute_desired, compute_pod_quota
 from ..core.errors import CgroupError, HookError
-from ..core.model import (Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update,
-                          compute_adjustment)
+from ..core.model import Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update, compute_adjustment
 from ..core.plan import compute_pod_write, describe
 from ..core.quota import compute_settled, format_quota_value
 from ..node import cgroupfs as cg
@@ -31,8 +30,19 @@ from ..node.facts import FactsCache, NodeFacts, read_node_facts
 from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
 from .apply import read_request
-from .common import (build_record, check_pod_uid, execute, exists, inside, live_members, pod_key_of, read_assigned,
-                     restore_records, save_changed, with_member)
+from .common import (
+    build_record,
+    check_pod_uid,
+    execute,
+    exists,
+    inside,
+    live_members,
+    pod_key_of,
+    read_assigned,
+    restore_records,
+    save_changed,
+    with_member,
+)
 from .reconcile import is_being_created, reconcile
 from .release import release_locked
 
@@ -57,14 +67,14 @@ class ContainerFacts(NamedTuple):
     stopped: bool = False
 
 
-def compute_nri_dirs(layout: cg.Layout, cgroups_path: str, cid: str) -> Dirs:
+def compute_nri_dirs(layout: Layout, cgroups_path: str, cid: str) -> Dirs:
     """The container's cgroup dirs from NRI's linux.cgroups_path (the cgroup may not exist yet)."""
-    rel = cg.compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
     if not rel or rel.strip("/") == "":
         raise CgroupError(f"linux.cgroups_path {cgroups_path[:200]!r} is neither a path nor slice:prefix:name",
                           f"container {cid}")
-    return Dirs(cg.join_inside(layout.cpuset_root, rel, "container cgroup", layout.root),
-                cg.join_inside(layout.cpu_root, rel, "container cgroup", layout.root))
+    return Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root),
+                cg.join_inside_root(layout.cpu_root, rel, "container cgroup", layout.root))
 
 
 def describe_adjustment(adj: Adjustment) -> str:

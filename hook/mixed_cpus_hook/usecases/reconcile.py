@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import time
 
+from ..core.cgroup import cpuset_file, quota_file
 from ..core.errors import HookError, RecordError
 from ..core.model import ContainerRecord, Outcome
-from ..node import cgroupfs as cg
 from ..node.config import Config
 from ..node.facts import NodeFacts, read_node_facts
 from ..node.log import Reporter
@@ -21,7 +21,7 @@ from .release import prune_pods, release_locked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
-    from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+    from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
     from ..core.cgroup import Layout
 
@@ -106,9 +106,9 @@ def reconcile_one(cid: str, state_dir: str, node: NodeFacts, reporter: Reporter,
 
 def watched_files(layout: Layout, rec: ContainerRecord) -> List[str]:
     """The files a container's watch units watch: its cpuset and quota, its pod's quota."""
-    files = [cg.cpuset_file(layout, rec.cgroup.cpuset), cg.quota_file(layout, rec.cgroup.cpu)]
+    files = [cpuset_file(layout, rec.cgroup.cpuset), quota_file(layout, rec.cgroup.cpu)]
     if rec.pod_cgroup is not None:
-        files.append(cg.quota_file(layout, rec.pod_cgroup.cpu))
+        files.append(quota_file(layout, rec.pod_cgroup.cpu))
     return files
 
 
@@ -175,7 +175,7 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
 
 
 def _settle(config: Config, node: NodeFacts, cid: str, reason: str, settle: float, reporter: Reporter,
-            results: List[Tuple[str, Outcome]], run) -> None:
+            results: List[Tuple[str, Outcome]], run: Callable[[str, str], None]) -> None:
     try:
         rec = load_container(config.state_dir, cid)
     except HookError:

@@ -12,8 +12,16 @@ from ..core.plan import compute_release, describe
 from ..core.quota import compute_settled
 from ..node import cgroupfs as cg
 from ..node.log import Reporter
-from ..store.records import (delete_record, list_records, load_container, load_pod, mark_pending, save_container,
-                             save_pod, state_lock)
+from ..store.records import (
+    delete_record,
+    list_records,
+    load_container,
+    load_pod,
+    mark_pending,
+    save_container,
+    save_pod,
+    state_lock,
+)
 from .common import inside, live_members, lower_to_base
 
 TYPE_CHECKING = False

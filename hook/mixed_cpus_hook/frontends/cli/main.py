@@ -321,27 +321,30 @@ def format_row_problem(r: dict) -> str:
 
 def format_status_table(rows: List[dict], problems: Optional[List[str]] = None, wide: bool = False) -> str:
     """One line per container, then each row's problem (by short id), then the node's problems once."""
-    problems = problems or []
-    lines: List[str] = []
-    if not rows:
-        lines.append("no tracked containers")
-    else:
-        head = list(WIDE) if wide else [h for h, _ in NARROW]
-        table = [head] + [_wide_row(r) if wide else _narrow_row(r) for r in rows]
-        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-        shared = sorted({_cell(r.get("shared")) for r in rows} - {"-"})
-        if shared and not wide:
-            lines.append(f"shared CPUs: {', '.join(shared)}")
-        per_row = [(r, format_row_problem(r)) for r in rows]
-        per_row = [(r, p) for r, p in per_row if p and not wide]
-        if per_row:
-            lines.append("problems:")
-            lines += [_wrap(f"  {_cell(r.get('id'))[:12]}: {p}") for r, p in per_row]
+    lines = _format_container_lines(rows, wide) if rows else ["no tracked containers"]
     if problems:
         lines.append("node problems:")
         lines += [_wrap(f"  {p}") for p in problems]
     return "\n".join(lines)
+
+
+def _format_container_lines(rows: List[dict], wide: bool) -> List[str]:
+    """The table's lines; the narrow table is followed by the shared CPUs and each row's problem."""
+    head = list(WIDE) if wide else [h for h, _ in NARROW]
+    table = [head] + [_wide_row(r) if wide else _narrow_row(r) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    if wide:
+        return lines
+    shared = sorted({_cell(r.get("shared")) for r in rows} - {"-"})
+    if shared:
+        lines.append(f"shared CPUs: {', '.join(shared)}")
+    per_row = [(r, format_row_problem(r)) for r in rows]
+    per_row = [(r, p) for r, p in per_row if p]
+    if per_row:
+        lines.append("problems:")
+        lines += [_wrap(f"  {_cell(r.get('id'))[:12]}: {p}") for r, p in per_row]
+    return lines
 
 
 def _wrap(text: str, width: int = 100) -> str:

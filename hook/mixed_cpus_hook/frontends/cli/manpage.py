@@ -159,8 +159,8 @@ def compute_manpage(schema: Dict[str, Any], group: click.Group = cli) -> str:
               "\\fBMIXED_CPUS_HOOK_CACHE_DIR\\fR",
               escape("Where the parsed configuration is cached (default /run/mixed-cpus-hook/config-cache)."),
               ".SH FILES"]
-    for path, what in FILES:
-        lines += [".TP", f"\\fI{escape(path)}\\fR", escape(what)]
+    for file_path, what in FILES:
+        lines += [".TP", f"\\fI{escape(file_path)}\\fR", escape(what)]
     lines.append(".SH EXIT STATUS")
     for code, what in EXIT_CODES:
         lines += [".TP", f"\\fB{code}\\fR", escape(what)]

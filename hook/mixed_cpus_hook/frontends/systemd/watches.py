@@ -42,19 +42,20 @@ import fcntl
 import os
 import sys
 
-from ...core.compat import NamedTuple
 from ...core.errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
 from ...node.config import load_config
 from ...node.log import Reporter
-from ...store.records import PENDING, RECHECK, list_records, load_record, mark_pending, state_lock, watchable
+from ...store.records import PENDING, RECHECK, list_records, load_container, mark_pending, state_lock, watchable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
-    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+    from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
-    from ...node.config import Config
     from ...core.model import ContainerRecord
+    from ...node.config import Config
     from ...node.facts import NodeFacts as NodeView
+else:
+    from ...core.compat import NamedTuple
 
 WATCH = "watch"
 WATCH_LOCK = "watch.lock"
@@ -115,16 +116,16 @@ def desired_links(layout: Any, rec: ContainerRecord, cid: str) -> Optional[Dict[
 
     The record's directories must resolve below the cgroup root (usecases.common.inside checks it).
     """
-    from ...node import cgroupfs as cg
+    from ...core.cgroup import cpuset_file, quota_file
     from ...usecases.common import inside
 
     own = inside(layout, rec.cgroup, f"record {cid}")
     if own is None or not (os.path.isdir(own.cpuset) and os.path.isdir(own.cpu)):
         return None
-    links = {LINK_CPUS: cg.cpuset_file(layout, own.cpuset), LINK_QUOTA: cg.quota_file(layout, own.cpu)}
+    links = {LINK_CPUS: cpuset_file(layout, own.cpuset), LINK_QUOTA: quota_file(layout, own.cpu)}
     pod = inside(layout, rec.pod_cgroup, f"record {cid}")
     if pod is not None and os.path.isdir(pod.cpu):
-        links[LINK_POD_QUOTA] = cg.quota_file(layout, pod.cpu)
+        links[LINK_POD_QUOTA] = quota_file(layout, pod.cpu)
     return links
 
 
@@ -323,6 +324,32 @@ class SyncReport(NamedTuple):
     rechecked: Tuple[str, ...] = ()
 
 
+class SyncScope(NamedTuple):
+    """The containers one sync looks at and, for a full sync, the loaded watch units' states."""
+
+    ids: Set[str]
+    states: Optional[Dict[str, str]]  # unit -> ActiveState; None: not asked (a queue-only sync)
+    records: Set[str]  # containers with a record (full sync only)
+
+
+class LinkPlan(NamedTuple):
+    """What a sync found out container by container, before it talks to systemd."""
+
+    want: Dict[str, List[str]]  # container -> the watch units it should have
+    unwanted: List[str]  # containers whose watch units go
+    forgotten: List[str]  # containers released here: their cgroup is gone
+    unwatchable: List[str]  # ids that cannot name a systemd unit
+    errors: List[str]
+
+
+class UnitChanges(NamedTuple):
+    """The systemctl work of one sync."""
+
+    stop: List[str]
+    start: List[str]
+    failed: List[str]  # watch units to reset and start again (their trigger limit was hit)
+
+
 def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Optional[Systemd] = None,
          node: Optional[NodeView] = None) -> SyncReport:
     """Start the watch units of every live record and stop those without one.
@@ -336,82 +363,145 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
     queued in ``recheck/`` by a watch-triggered reapply.
     """
     from ...node.facts import read_node_facts as read_node
-    from ...usecases.reconcile import reconcile
-    from ...usecases.release import release_locked
 
     systemd = systemd or Systemd()
     state_dir = config.state_dir
-    errors: List[str] = []
     with watch_lock(state_dir):
         pending = take_pending(state_dir)
         rechecks = [c for c in take_pending(state_dir, RECHECK) if c not in pending]
-        states: Optional[Dict[str, str]] = None
-        records: set = set()
-        ids = set(pending)
-        if full:
-            states = systemd.units()
-            records = set(list_records(state_dir, "containers"))
-            ids |= records | set(list_watch_dirs(state_dir)) | {unit_container(u) or "" for u in states}
-            ids.discard("")
-        if not ids:
+        scope = read_sync_scope(state_dir, pending, systemd if full else None)
+        if not scope.ids:
             return _recheck(config, reporter, rechecks, node)
         node = node or read_node(config)
-        want: Dict[str, List[str]] = {}  # container -> the watch units it should have
-        unwanted: List[str] = []
-        forgotten: List[str] = []
-        unwatchable: List[str] = []
-        for cid in sorted(ids):
-            if not watchable(cid):
-                unwatchable.append(cid)
-                continue
-            if states is not None and cid in records and cid not in pending and links_live(state_dir, cid):
-                # its links lead to live cgroups: no need to read its record
-                folder = watch_dir(state_dir, cid)
-                want[cid] = watch_units(cid, [n for n in LINKS if os.path.lexists(os.path.join(folder, n))])
-                continue
-            try:
-                rec = load_record(state_dir, "containers", cid)
-                links = desired_links(node.layout, rec, cid) if rec is not None else None
-                if rec is not None and links is None:
-                    with state_lock(state_dir):
-                        release_locked(state_dir, node.layout, cid, reporter, why="cgroup gone, forgotten")
-                    forgotten.append(cid)
-                if links is None:
-                    remove_links(state_dir, cid)
-                    unwanted.append(cid)
-                else:
-                    ensure_links(state_dir, cid, links)
-                    want[cid] = watch_units(cid, list(links))
-            except HookError as exc:
-                errors.append(f"container {cid}: {exc}")
-        stop: List[str] = []
-        start: List[str] = []
-        failed: List[str] = []
-        for cid in unwanted:
-            stop += [u for u in watch_units(cid) if states is None or states.get(u, "inactive") != "inactive"]
-        for cid, units in want.items():
-            start += [u for u in units if states is None or states.get(u) != "active"]
-            failed += [u for u in units if states is not None and states.get(u) == "failed"]
-            if states is not None:
-                stop += [u for u in watch_units(cid) if u not in units and states.get(u, "inactive") != "inactive"]
+        plan = sync_links(config, reporter, node, scope, pending)
+        changes, act_errors = act_on_units(systemd, compute_unit_changes(plan.want, plan.unwanted, scope.states),
+                                           scope.states)
+    errors = plan.errors + act_errors
+    started, stopped = group_by_container(changes.start), group_by_container(changes.stop)
+    _report_unit_changes(reporter, full, plan.unwatchable, changes.failed, stopped)
+    errors += _catch_up(config, reporter, started, node)
+    for line in errors:
+        reporter.error(line)
+    rechecked = _recheck(config, reporter, [c for c in rechecks if c not in started], node)
+    return SyncReport(tuple(sorted(started)), tuple(sorted(stopped)), tuple(plan.forgotten),
+                      tuple(sorted({unit_container(u) or "" for u in changes.failed})), tuple(plan.unwatchable),
+                      tuple(errors) + rechecked.errors, rechecked.rechecked)
+
+
+def read_sync_scope(state_dir: str, pending: Sequence[str], systemd: Optional[Systemd]) -> SyncScope:
+    """The queued containers; with ``systemd`` (a full sync) also every record, link directory and watch unit."""
+    ids = set(pending)
+    if systemd is None:
+        return SyncScope(ids, None, set())
+    states = systemd.units()
+    records = set(list_records(state_dir, "containers"))
+    ids |= records | set(list_watch_dirs(state_dir)) | {unit_container(u) or "" for u in states}
+    ids.discard("")
+    return SyncScope(ids, states, records)
+
+
+def sync_links(config: Config, reporter: Reporter, node: NodeView, scope: SyncScope,
+               pending: Sequence[str]) -> LinkPlan:
+    """Bring each container's link directory in line with its record; say which watch units it needs."""
+    state_dir = config.state_dir
+    plan = LinkPlan({}, [], [], [], [])
+    for cid in sorted(scope.ids):
+        if not watchable(cid):
+            plan.unwatchable.append(cid)
+            continue
+        if scope.states is not None and cid in scope.records and cid not in pending and links_live(state_dir, cid):
+            # its links lead to live cgroups: no need to read its record
+            plan.want[cid] = watch_units(cid, present_links(state_dir, cid))
+            continue
         try:
-            systemd.act("stop", stop)
-            if states is not None:
-                systemd.act("reset-failed", [u for u in stop if states.get(u) == "failed"])
+            links = load_links_or_forget(config, reporter, node, cid, plan.forgotten)
+            if links is None:
+                remove_links(state_dir, cid)
+                plan.unwanted.append(cid)
+            else:
+                ensure_links(state_dir, cid, links)
+                plan.want[cid] = watch_units(cid, list(links))
         except HookError as exc:
-            errors.append(str(exc))
-        try:
-            systemd.act("reset-failed", failed)
-            systemd.act("start", start)
-        except HookError as exc:
-            errors.append(str(exc))
-            start = []
-    by_container: Dict[str, Dict[str, List[str]]] = {"start": {}, "stop": {}}
-    for what, units in (("start", start), ("stop", stop)):
-        for unit in units:
-            by_container[what].setdefault(unit_container(unit) or "", []).append(unit)
-    started, stopped = sorted(by_container["start"]), sorted(by_container["stop"])
-    restarted = sorted({unit_container(u) or "" for u in failed})
+            plan.errors.append(f"container {cid}: {exc}")
+    return plan
+
+
+def present_links(state_dir: str, cid: str) -> List[str]:
+    """The names of the links the container's directory holds."""
+    folder = watch_dir(state_dir, cid)
+    return [n for n in LINKS if os.path.lexists(os.path.join(folder, n))]
+
+
+def load_links_or_forget(config: Config, reporter: Reporter, node: NodeView, cid: str,
+                         forgotten: List[str]) -> Optional[Dict[str, str]]:
+    """The links the container's record asks for; None without a record or a cgroup.
+
+    A record whose cgroup is gone is released here (and the id added to ``forgotten``), as
+    ``reconcile`` does.
+    """
+    from ...usecases.release import release_locked
+
+    rec = load_container(config.state_dir, cid)
+    if rec is None:
+        return None
+    links = desired_links(node.layout, rec, cid)
+    if links is None:
+        with state_lock(config.state_dir):
+            release_locked(config.state_dir, node.layout, cid, reporter, why="cgroup gone, forgotten")
+        forgotten.append(cid)
+    return links
+
+
+def compute_unit_changes(want: Dict[str, List[str]], unwanted: Sequence[str],
+                         states: Optional[Dict[str, str]]) -> UnitChanges:
+    """Which watch units to stop, start, and reset first (pure).
+
+    Without ``states`` (a queue-only sync) every wanted unit is started and every unwanted one
+    stopped; with them only what is not already so, and a container's units that its links no
+    longer call for are stopped too.
+    """
+    stop: List[str] = []
+    start: List[str] = []
+    failed: List[str] = []
+    for cid in unwanted:
+        stop += [u for u in watch_units(cid) if states is None or states.get(u, "inactive") != "inactive"]
+    for cid, units in want.items():
+        start += [u for u in units if states is None or states.get(u) != "active"]
+        if states is not None:
+            failed += [u for u in units if states.get(u) == "failed"]
+            stop += [u for u in watch_units(cid) if u not in units and states.get(u, "inactive") != "inactive"]
+    return UnitChanges(stop, start, failed)
+
+
+def act_on_units(systemd: Systemd, changes: UnitChanges,
+                 states: Optional[Dict[str, str]]) -> Tuple[UnitChanges, List[str]]:
+    """Stop, then reset and start; the changes as made (nothing started when starting failed) and the errors."""
+    errors: List[str] = []
+    try:
+        systemd.act("stop", changes.stop)
+        if states is not None:
+            systemd.act("reset-failed", [u for u in changes.stop if states.get(u) == "failed"])
+    except HookError as exc:
+        errors.append(str(exc))
+    try:
+        systemd.act("reset-failed", changes.failed)
+        systemd.act("start", changes.start)
+    except HookError as exc:
+        errors.append(str(exc))
+        changes = changes._replace(start=[])
+    return changes, errors
+
+
+def group_by_container(units: Sequence[str]) -> Dict[str, List[str]]:
+    """Container id -> its units among ``units``, in their order."""
+    grouped: Dict[str, List[str]] = {}
+    for unit in units:
+        grouped.setdefault(unit_container(unit) or "", []).append(unit)
+    return grouped
+
+
+def _report_unit_changes(reporter: Reporter, full: bool, unwatchable: Sequence[str], failed: Sequence[str],
+                         stopped: Dict[str, List[str]]) -> None:
     if full:
         for cid in unwatchable:
             reporter.emit("info", f"container {cid}: id cannot name a systemd unit; only the periodic "
@@ -419,25 +509,26 @@ def sync(config: Config, reporter: Reporter, full: bool = False, systemd: Option
     for unit in failed:
         reporter.warning(f"container {unit_container(unit)}: {unit} had failed (trigger limit hit? something keeps "
                          "rewriting its cgroup); started it again")
-    for cid in stopped:
-        reporter.emit("info", f"container {cid}: stopped watching its cgroup "
-                              f"({', '.join(by_container['stop'][cid])})", to_stream=False)
-    for cid in started:
-        reporter.emit("info", f"container {cid}: watching its cgroup ({', '.join(by_container['start'][cid])})",
+    for cid in sorted(stopped):
+        reporter.emit("info", f"container {cid}: stopped watching its cgroup ({', '.join(stopped[cid])})",
                       to_stream=False)
-        # a rewrite between apply (or a lost watch) and now
-        caught_up = reconcile(config, reporter, only=cid, reason=f"reapplied ({CATCH_UP_WHY})", node=node)
-        from ...usecases.metrics import update_metrics
 
+
+def _catch_up(config: Config, reporter: Reporter, started: Dict[str, List[str]], node: NodeView) -> List[str]:
+    """Reconcile each newly watched container once: a rewrite may have come before its watch. The errors."""
+    if not started:
+        return []
+    from ...usecases.metrics import update_metrics
+    from ...usecases.reconcile import reconcile
+
+    errors = []
+    for cid in sorted(started):
+        reporter.emit("info", f"container {cid}: watching its cgroup ({', '.join(started[cid])})", to_stream=False)
+        caught_up = reconcile(config, reporter, only=cid, reason=f"reapplied ({CATCH_UP_WHY})", node=node)
         update_metrics(config, caught_up, "catch-up", reporter=reporter)
-        for _cid, outcome in caught_up:
-            if outcome.status == "error":
-                errors.append(f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}")
-    for line in errors:
-        reporter.error(line)
-    rechecked = _recheck(config, reporter, [c for c in rechecks if c not in started], node)
-    return SyncReport(tuple(started), tuple(stopped), tuple(forgotten), tuple(restarted), tuple(unwatchable),
-                      tuple(errors) + rechecked.errors, rechecked.rechecked)
+        errors += [f"container {cid}: {outcome.lines[0] if outcome.lines else 'error'}"
+                   for _cid, outcome in caught_up if outcome.status == "error"]
+    return errors
 
 
 def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[NodeView]) -> SyncReport:
@@ -445,8 +536,8 @@ def _recheck(config: Config, reporter: Reporter, ids: List[str], node: Optional[
     if not ids:
         return SyncReport()
     from ...node.facts import read_node_facts as read_node
-    from ...usecases.reconcile import reconcile
     from ...usecases.metrics import update_metrics
+    from ...usecases.reconcile import reconcile
 
     node = node or read_node(config)
     errors = []
@@ -491,8 +582,8 @@ def reconcile_all(config: Config, reporter: Reporter, sync_watches: bool = False
     """
     from ...core.model import Outcome
     from ...node.facts import read_node_facts as read_node
-    from ...usecases.reconcile import reconcile
     from ...usecases.metrics import update_metrics
+    from ...usecases.reconcile import reconcile
 
     out = stdout or sys.stdout
     node = read_node(config)
@@ -525,7 +616,15 @@ reconcile-all  `mixed-cpus-hook reconcile [--sync-watches] [--why TEXT]` without
 """
 
 
+COMMANDS = ("reconcile", "sync", "reconcile-all")
+WHERE_ARGS = "command line"
+
+
 def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
+    """The command line as a dict (``command`` "help" for -h/--help anywhere); UsageError when it is wrong.
+
+    ``--config`` and ``-v`` come before the command; each command's own arguments after it.
+    """
     args: Dict[str, Any] = {"config": None, "verbose": False, "command": "", "id": None,
                             "settle": DEFAULT_SETTLE, "full": False, "why": WATCH_WHY, "sync_watches": False}
     rest = list(argv)
@@ -534,36 +633,58 @@ def parse_args(argv: Sequence[str]) -> Dict[str, Any]:
         if tok in ("-h", "--help"):
             args["command"] = "help"
             return args
-        if tok == "--config" and rest and not args["command"]:
-            args["config"] = rest.pop(0)
-        elif tok in ("-v", "--verbose") and not args["command"]:
-            args["verbose"] = True
-        elif not args["command"] and tok in ("reconcile", "sync", "reconcile-all"):
-            args["command"] = tok
-            if tok == "reconcile-all":
-                args["why"] = None
-        elif args["command"] == "reconcile" and tok == "--settle" and rest:
-            try:
-                args["settle"] = float(rest.pop(0))
-            except ValueError:
-                raise UsageError("--settle takes a number of seconds", "command line") from None
-            if not 0 <= args["settle"] <= 10:
-                raise UsageError("--settle must be between 0 and 10 seconds", "command line")
-        elif args["command"] == "reconcile-all" and tok == "--sync-watches":
-            args["sync_watches"] = True
-        elif args["command"] in ("reconcile", "reconcile-all") and tok == "--why" and rest:
-            args["why"] = rest.pop(0)
-        elif args["command"] == "reconcile" and args["id"] is None and not tok.startswith("-"):
-            args["id"] = tok
-        elif args["command"] == "sync" and tok == "--full":
-            args["full"] = True
-        else:
-            raise UsageError(f"unexpected argument {tok!r}", "command line")
+        taken = _take_command_arg(tok, rest, args) if args["command"] else _take_global_arg(tok, rest, args)
+        if not taken:
+            raise UsageError(f"unexpected argument {tok!r}", WHERE_ARGS)
     if not args["command"]:
-        raise UsageError("a command is required (reconcile ID, sync, or reconcile-all)", "command line")
+        raise UsageError("a command is required (reconcile ID, sync, or reconcile-all)", WHERE_ARGS)
     if args["command"] == "reconcile" and not args["id"]:
-        raise UsageError("reconcile needs a container id", "command line")
+        raise UsageError("reconcile needs a container id", WHERE_ARGS)
     return args
+
+
+def _take_global_arg(tok: str, rest: List[str], args: Dict[str, Any]) -> bool:
+    """An option before the command, or the command; False when ``tok`` is neither."""
+    if tok == "--config" and rest:
+        args["config"] = rest.pop(0)
+    elif tok in ("-v", "--verbose"):
+        args["verbose"] = True
+    elif tok in COMMANDS:
+        args["command"] = tok
+        if tok == "reconcile-all":
+            args["why"] = None
+    else:
+        return False
+    return True
+
+
+def _take_command_arg(tok: str, rest: List[str], args: Dict[str, Any]) -> bool:
+    """One of the command's own arguments; False when ``tok`` is none of them."""
+    command = args["command"]
+    if command == "reconcile" and tok == "--settle" and rest:
+        args["settle"] = parse_settle(rest.pop(0))
+    elif command == "reconcile-all" and tok == "--sync-watches":
+        args["sync_watches"] = True
+    elif command in ("reconcile", "reconcile-all") and tok == "--why" and rest:
+        args["why"] = rest.pop(0)
+    elif command == "reconcile" and args["id"] is None and not tok.startswith("-"):
+        args["id"] = tok
+    elif command == "sync" and tok == "--full":
+        args["full"] = True
+    else:
+        return False
+    return True
+
+
+def parse_settle(text: str) -> float:
+    """``--settle``'s seconds: a number from 0 to 10."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise UsageError("--settle takes a number of seconds", WHERE_ARGS) from None
+    if not 0 <= seconds <= 10:
+        raise UsageError("--settle must be between 0 and 10 seconds", WHERE_ARGS)
+    return seconds
 
 
 def main(argv: Optional[Sequence[str]] = None, reporter: Optional[Reporter] = None,

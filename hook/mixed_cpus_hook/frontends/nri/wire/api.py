@@ -6,34 +6,36 @@ the newest release, whose runtimes bridge v1alpha1 plugins). Only the messages a
 the plugin reads or writes are declared; protobuf skips the others on the wire, so a newer
 runtime's extra fields do no harm.
 
-There is no protoc-generated code: generated modules are tied to the protobuf release that
-made them, and RHEL 9 ships protobuf 3.14 while the newest is several majors later. A
-``FileDescriptorProto`` built here and added to a private pool works with both.
+There is no protoc-generated code (protodesc.py says why): the classes are built from the tables
+below. ``api.pyi`` is generated from the same tables (``make stubs``; a unit test fails when it is
+stale), so that mypy checks every field name and type the plugin uses.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
-PACKAGE = "nri.pkg.api.v1alpha1"
-PLUGIN_SERVICE = PACKAGE + ".Plugin"
-RUNTIME_SERVICE = PACKAGE + ".Runtime"
+from .protodesc import build_file, load_classes
+
+PACKAGE: str = "nri.pkg.api.v1alpha1"
+PLUGIN_SERVICE: str = PACKAGE + ".Plugin"
+RUNTIME_SERVICE: str = PACKAGE + ".Runtime"
 
 # enum Event (api.proto); an event's bit in ConfigureResponse.events is 1 << (event - 1).
-EVENTS = {
+EVENTS: Dict[str, int] = {
     "UNKNOWN": 0, "RUN_POD_SANDBOX": 1, "STOP_POD_SANDBOX": 2, "REMOVE_POD_SANDBOX": 3,
     "CREATE_CONTAINER": 4, "POST_CREATE_CONTAINER": 5, "START_CONTAINER": 6, "POST_START_CONTAINER": 7,
     "UPDATE_CONTAINER": 8, "POST_UPDATE_CONTAINER": 9, "STOP_CONTAINER": 10, "REMOVE_CONTAINER": 11,
     "UPDATE_POD_SANDBOX": 12, "POST_UPDATE_POD_SANDBOX": 13, "VALIDATE_CONTAINER_ADJUSTMENT": 14,
 }
-CONTAINER_STATES = {"CONTAINER_UNKNOWN": 0, "CONTAINER_CREATED": 1, "CONTAINER_PAUSED": 2,
-                    "CONTAINER_RUNNING": 3, "CONTAINER_STOPPED": 4}
-ENUMS = {"Event": EVENTS, "ContainerState": CONTAINER_STATES}
+CONTAINER_STATES: Dict[str, int] = {"CONTAINER_UNKNOWN": 0, "CONTAINER_CREATED": 1, "CONTAINER_PAUSED": 2,
+                                    "CONTAINER_RUNNING": 3, "CONTAINER_STOPPED": 4}
+ENUMS: Dict[str, Dict[str, int]] = {"Event": EVENTS, "ContainerState": CONTAINER_STATES}
 
-# message -> fields (name, number, type). A type is a scalar name, a message or enum of this
-# file, "map" (map<string, string>); a leading "*" means repeated.
+# message -> fields (name, number, kind); kinds as protodesc.py says: a scalar name, a message or
+# enum of this file, "map" (map<string, string>); a leading "*" means repeated.
 MESSAGES: Dict[str, List[Tuple[str, int, str]]] = {
     "Empty": [],
     "RegisterPluginRequest": [("plugin_name", 1, "string"), ("plugin_idx", 2, "string"),
@@ -85,92 +87,13 @@ MESSAGES: Dict[str, List[Tuple[str, int, str]]] = {
     "OptionalUInt64": [("value", 1, "uint64")],
 }
 
-_F = descriptor_pb2.FieldDescriptorProto
-SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "bool": _F.TYPE_BOOL, "int32": _F.TYPE_INT32,
-           "int64": _F.TYPE_INT64, "uint32": _F.TYPE_UINT32, "uint64": _F.TYPE_UINT64}
-
-
-def _map_entry_name(field: str) -> str:
-    """protoc's name for a map field's entry message: ``labels`` -> ``LabelsEntry``."""
-    return "".join(part[:1].upper() + part[1:] for part in field.split("_")) + "Entry"
-
-
-def _add_field(msg: descriptor_pb2.DescriptorProto, package: str, name: str, number: int, kind: str,
-               enums: Sequence[str]) -> None:
-    field = msg.field.add(name=name, number=number, json_name=name)
-    repeated = kind.startswith("*")
-    kind = kind.lstrip("*")
-    field.label = _F.LABEL_REPEATED if repeated or kind == "map" else _F.LABEL_OPTIONAL
-    if kind == "map":
-        entry = msg.nested_type.add(name=_map_entry_name(name))
-        entry.options.map_entry = True
-        for key_name, key_number in (("key", 1), ("value", 2)):
-            entry.field.add(name=key_name, number=key_number, json_name=key_name, label=_F.LABEL_OPTIONAL,
-                            type=_F.TYPE_STRING)
-        field.type = _F.TYPE_MESSAGE
-        field.type_name = f".{package}.{msg.name}.{entry.name}"
-    elif kind in SCALARS:
-        field.type = SCALARS[kind]
-    else:
-        field.type = _F.TYPE_ENUM if kind in enums else _F.TYPE_MESSAGE
-        field.type_name = f".{package}.{kind}"
-
-
-def build_file(file_name: str, package: str, messages: Dict[str, List[Tuple[str, int, str]]],
-               enums: Dict[str, Dict[str, int]]) -> descriptor_pb2.FileDescriptorProto:
-    """A proto3 file descriptor for ``messages`` and ``enums`` (pure: no pool, no classes)."""
-    fdp = descriptor_pb2.FileDescriptorProto(name=file_name, package=package, syntax="proto3")
-    for enum_name, values in enums.items():
-        enum = fdp.enum_type.add(name=enum_name)
-        for value_name, number in sorted(values.items(), key=lambda kv: kv[1]):
-            enum.value.add(name=value_name, number=number)
-    for msg_name, fields in messages.items():
-        msg = fdp.message_type.add(name=msg_name)
-        for name, number, kind in fields:
-            _add_field(msg, package, name, number, kind, tuple(enums))
-    return fdp
-
-
-def load_classes(fdp: descriptor_pb2.FileDescriptorProto) -> Dict[str, type]:
-    """Message classes for a file descriptor, in a private pool (protobuf 3.14 to the newest)."""
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(fdp.SerializeToString())
-    get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.21
-    factory = None if get_class is not None else message_factory.MessageFactory(pool)
-    classes = {}
-    for msg in fdp.message_type:
-        desc = pool.FindMessageTypeByName(f"{fdp.package}.{msg.name}")
-        classes[msg.name] = get_class(desc) if get_class is not None else factory.GetPrototype(desc)
-    return classes
-
-
-FILE = build_file("mixed_cpus_hook/frontends/nri/api.proto", PACKAGE, MESSAGES, ENUMS)
+FILE: descriptor_pb2.FileDescriptorProto = build_file("mixed_cpus_hook/frontends/nri/api.proto", PACKAGE,
+                                                     MESSAGES, ENUMS)
 _CLASSES = load_classes(FILE)
-
-Empty = _CLASSES["Empty"]
-RegisterPluginRequest = _CLASSES["RegisterPluginRequest"]
-ConfigureRequest = _CLASSES["ConfigureRequest"]
-ConfigureResponse = _CLASSES["ConfigureResponse"]
-SynchronizeRequest = _CLASSES["SynchronizeRequest"]
-SynchronizeResponse = _CLASSES["SynchronizeResponse"]
-CreateContainerRequest = _CLASSES["CreateContainerRequest"]
-CreateContainerResponse = _CLASSES["CreateContainerResponse"]
-UpdateContainerRequest = _CLASSES["UpdateContainerRequest"]
-UpdateContainerResponse = _CLASSES["UpdateContainerResponse"]
-StopContainerRequest = _CLASSES["StopContainerRequest"]
-StopContainerResponse = _CLASSES["StopContainerResponse"]
-RemoveContainerRequest = _CLASSES["RemoveContainerRequest"]
-RemoveContainerResponse = _CLASSES["RemoveContainerResponse"]
-StateChangeEvent = _CLASSES["StateChangeEvent"]
-UpdateContainersRequest = _CLASSES["UpdateContainersRequest"]
-UpdateContainersResponse = _CLASSES["UpdateContainersResponse"]
-PodSandbox = _CLASSES["PodSandbox"]
-Container = _CLASSES["Container"]
-LinuxResources = _CLASSES["LinuxResources"]
-ContainerAdjustment = _CLASSES["ContainerAdjustment"]
-ContainerUpdate = _CLASSES["ContainerUpdate"]
-KeyValue = _CLASSES["KeyValue"]
-ShutdownRequest = Empty  # api.proto: rpc Shutdown(Empty) returns (Empty)
+# Every message of MESSAGES is an attribute of this module under its own name (api.Container, ...);
+# api.pyi, generated from MESSAGES by `make stubs`, declares them and their fields for type checkers.
+globals().update(_CLASSES)
+ShutdownRequest = _CLASSES["Empty"]  # api.proto: rpc Shutdown(Empty) returns (Empty)
 
 
 def event_mask(*events: str) -> int:
