@@ -10,11 +10,12 @@ import os
 import time
 
 from . import cgroups as cg
+from .bounds import MAX_QUOTA
 from .cgroups import Quota
 from .config import Config, load_shared_cpus, read_online_cpus
 from .cpuset import format_cpulist, parse_cpulist, require_subset
-from .errors import CgroupError, HookError, RecordError, WriteError
-from .log import Reporter
+from .errors import CgroupError, HookError, PolicyError, RecordError, WriteError
+from .log import Reporter, quote
 from .oci import State, load_spec
 from .plan import (Observed, QuotaState, Write, compute_exclusive, compute_plan, compute_quota, compute_quota_hint,
                    compute_release, describe)
@@ -325,6 +326,8 @@ def _sync(config: Config, node: NodeView, cid: str, dirs: cg.Dirs, pod: Optional
         hint = compute_quota_hint(prev_quota, prev_pair[0] if prev_pair else None, exclusive, observed.quota.period)
         plan = compute_plan(layout, dirs, None if pod_frozen else pod, observed, exclusive, shared, prev_quota,
                             prev_pod_quota, len(podv.members), hint)
+        check_raised(plan.quota, "the container's quota", f"container {cid}")
+        check_raised(plan.pod_quota, "its pod's quota", f"container {cid}")
         if dry_run:
             return Outcome("planned" if plan.writes else "in-sync", tuple(describe(plan.writes)))
         cpuset_path = cg.cpuset_file(layout, dirs.cpuset)
@@ -551,7 +554,10 @@ def release_container(cid: str, config: Config, reporter: Reporter, why: str = "
             else:
                 delete_record(config.state_dir, "pods", pod_key)
     delete_record(config.state_dir, "containers", cid)
-    mark_pending(config.state_dir, cid)  # the sync stops its watch unit
+    if rec.get("mode", "hook") != "nri":
+        # Hook mode: the sync stops its watch unit. An NRI container has none (the plugin's own
+        # reconcile covers it), and nothing consumes the mark on a containerd node.
+        mark_pending(config.state_dir, cid)
     for line in lines:
         reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
     reporter.emit("info", f"container {cid}: {why}, record removed", to_stream=False)
@@ -722,14 +728,82 @@ def reconcile(config: Config, reporter: Reporter, only: Optional[str] = None,
 # ---- NRI: the same decisions, answered to the runtime instead of written by the hook --------
 
 
-def _nri_dirs(layout: cg.Layout, cgroups_path: str, cid: str) -> cg.Dirs:
-    """The container's cgroup dirs from NRI's linux.cgroups_path (the cgroup may not exist yet)."""
-    rel = cg.compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
-    if not rel or rel.strip("/") == "":
-        raise CgroupError(f"linux.cgroups_path {cgroups_path!r} is neither a path nor slice:prefix:name",
-                          f"container {cid}")
-    return cg.Dirs(cg._join(layout.cpuset_root, rel, "container cgroup", layout.root),
+def _nri_dirs(layout: cg.Layout, facts: ContainerFacts, pod_uid: str) -> Tuple[cg.Dirs, cg.Dirs]:
+    """The container's cgroup dirs (which may not exist yet) and its pod's, from NRI's
+    linux.cgroups_path and the pod's cgroup parent; refused unless they name a container cgroup
+    inside the cgroup of the pod ``pod_uid`` (cgroups.compute_nri_cgroup)."""
+    where = f"container {facts.id}"
+    rel, pod_rel = cg.compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
+    dirs = cg.Dirs(cg._join(layout.cpuset_root, rel, "container cgroup", layout.root),
                    cg._join(layout.cpu_root, rel, "container cgroup", layout.root))
+    pod = cg.Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
+    if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):  # a symbolic link on the way
+        raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
+    return dirs, pod
+
+
+def check_raised(q: Optional[QuotaState], what: str, where: str) -> None:
+    """Refuse a raised quota the kernel would refuse (bounds.MAX_QUOTA): checked before any
+    record is saved or file written, so nothing is half done and no record holds a value that
+    was never in a quota file."""
+    if q is not None and q.applied is not None and q.applied > MAX_QUOTA:
+        raise PolicyError(f"{what} raised to {q.applied} (base {q.base} + the shared CPUs' share) would be above the "
+                          f"kernel's maximum quota {MAX_QUOTA}: refused", where)
+
+
+def read_held_cpus(config: Config, cid: str) -> Dict[str, FrozenSet[int]]:
+    """The exclusive CPUs of every other live recorded container, by id (records being released
+    and records whose cgroup is gone are not holding anything; the latter are forgotten here).
+    The caller holds the state lock."""
+    held: Dict[str, FrozenSet[int]] = {}
+    for other in list_records(config.state_dir, "containers"):
+        if other == cid:
+            continue
+        try:
+            rec = load_record(config.state_dir, "containers", other)
+        except HookError:
+            continue  # a broken record is reported by reconcile and status; it holds nothing we can trust
+        if rec is None or rec.get("phase") == "releasing":
+            continue
+        if _cgroup_gone(rec):
+            continue
+        held[other] = parse_cpulist(rec["exclusive"], "record")
+    return held
+
+
+def _cgroup_gone(rec: Dict[str, Any]) -> bool:
+    """Whether a record's container is gone: no cgroup, and past the creation grace."""
+    own = rec.get("cgroup") or {}
+    if any(os.path.isdir(own.get(k, "")) for k in ("cpuset", "cpu")):
+        return False
+    return not (rec.get("phase") == "creating" and _age(rec.get("created")) < CREATE_GRACE)
+
+
+def _require_free(config: Config, cid: str, cpus: FrozenSet[int], where: str) -> None:
+    """Without kubelet's checkpoint: the exclusive CPUs taken from the runtime's cpuset must be
+    held by no other live recorded container (kubelet never gives one CPU to two containers; a
+    cpuset that says otherwise is not kubelet's)."""
+    held = read_held_cpus(config, cid)
+    taken = {other: c & cpus for other, c in held.items() if c & cpus}
+    if taken:
+        owners = ", ".join(f"{quote(format_cpulist(c), bare=True)} by {other}" for other, c in sorted(taken.items())[:3])
+        more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
+        raise PolicyError(f"cpuset {quote(format_cpulist(cpus), bare=True)} holds CPUs already exclusive to other containers "
+                          f"({owners}{more}): not kubelet's assignment, refused", where)
+
+
+def forget_if_gone(cid: str, config: Config, reporter: Reporter, why: str) -> bool:
+    """Release an NRI container's record when its container is gone (its cgroup is not there and
+    it is past its creation grace); True if it was. A runtime that does not list a container
+    (an empty or partial Synchronize) is not proof that it is gone: the cgroup is."""
+    with state_lock(config.state_dir):
+        rec = load_record(config.state_dir, "containers", cid)
+        if rec is None:
+            return True
+        if not _cgroup_gone(rec):
+            return False
+        release_container(cid, config, reporter, why=why)
+        return True
 
 
 def _adjustment(rec: Dict[str, Any], lines: Tuple[str, ...] = ()) -> Adjustment:
@@ -758,17 +832,22 @@ def admit_container(facts: ContainerFacts, config: Config, reporter: Reporter,
         return None
     node = node or read_node(config)
     layout, shared = node.layout, node.shared
-    dirs = _nri_dirs(layout, facts.cgroups_path, facts.id)
-    pod = cg.find_pod(layout, dirs)
-    _check_pod(pod, request.pod_uid, f"container {facts.id}")
-    if pod is not None and not os.path.isdir(pod.cpu):
+    where = f"container {facts.id}"
+    dirs, pod = _nri_dirs(layout, facts, request.pod_uid)
+    if not os.path.isdir(pod.cpu):
         raise CgroupError("pod cgroup not found", pod.cpu)
+    if node.online:
+        require_subset(facts.cpus, node.online, "cpuset names CPUs", where)
     identity = _identity(request)
     period = facts.period or DEFAULT_PERIOD
     with state_lock(config.state_dir):
         prev = load_record(config.state_dir, "containers", facts.id)
         if prev is not None and prev.get("phase") == "releasing":
             release_container(facts.id, config, reporter, why="release finished")
+            prev = None
+        if prev is not None and (prev.get("pod_key") != _pod_key(pod) or prev["cgroup"]["cpu"] != dirs.cpu):
+            # The same id in another pod (or cgroup): the first one's share goes back before this one's is added.
+            release_container(facts.id, config, reporter, why=f"created again in pod {_pod_key(pod)}")
             prev = None
         prev_pair = None if prev is None else (parse_cpulist(prev["exclusive"], "record"),
                                                 parse_cpulist(prev["shared"], "record"))
@@ -781,21 +860,23 @@ def admit_container(facts: ContainerFacts, config: Config, reporter: Reporter,
             return None
         if decision.note:
             reporter.emit("warning", f"container {facts.id}: {decision.note}", to_stream=False)
+        if assigned is None:
+            _require_free(config, facts.id, decision.cpus, where)
         exclusive = decision.cpus
         prev_quota = _quota_state(prev.get("quota")) if prev else None
         quota = compute_quota(Quota(facts.quota, period), prev_quota, len(shared))
+        check_raised(quota, "the container's quota", where)
         podv = _load_pod(config, facts.id, pod, True)
-        pod_quota: Optional[QuotaState] = None
+        observed = cg.read_quota(layout, pod.cpu)
+        prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
+        pod_quota = compute_quota(observed, prev_pod_quota, len(shared) * len(podv.members))
+        check_raised(pod_quota, "its pod's quota", where)
         pod_writes: Tuple[Write, ...] = ()
-        if pod is not None:
-            observed = cg.read_quota(layout, pod.cpu)
-            prev_pod_quota = _quota_state(podv.record.get("quota")) if podv.record else None
-            pod_quota = compute_quota(observed, prev_pod_quota, len(shared) * len(podv.members))
-            if pod_quota.applied != observed.quota:
-                pod_writes = (Write(cg.quota_file(layout, pod.cpu), cg.format_quota(layout, observed),
-                                    cg.format_quota(layout, Quota(pod_quota.applied, pod_quota.period)),
-                                    f"pod quota: base {pod_quota.base} + {len(podv.members)} mixed container(s) x "
-                                    f"{len(shared)} shared CPU(s)"),)
+        if pod_quota.applied != observed.quota:
+            pod_writes = (Write(cg.quota_file(layout, pod.cpu), cg.format_quota(layout, observed),
+                                cg.format_quota(layout, Quota(pod_quota.applied, pod_quota.period)),
+                                f"pod quota: base {pod_quota.base} + {len(podv.members)} mixed container(s) x "
+                                f"{len(shared)} shared CPU(s)"),)
         exists = os.path.isdir(dirs.cpuset) and os.path.isdir(dirs.cpu)
         phase = "applied" if exists else "creating"
         record = _container_doc(facts.id, identity, layout, dirs, pod, podv.key, exclusive, _source(decision, prev),
@@ -837,12 +918,16 @@ def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], con
         prev_pair = (parse_cpulist(rec["exclusive"], "record"), parse_cpulist(rec["shared"], "record"))
         assigned = _assigned(node, rec.get("pod_uid", ""), rec.get("container", ""), cid)
         current = cpus or (prev_pair[0] | prev_pair[1])
+        if cpus and node.online:
+            require_subset(cpus, node.online, "cpuset names CPUs", f"container {cid}")
         decision = compute_exclusive(assigned, None, current, shared, prev_pair)
         if decision.cpus is None:
             reporter.warning(f"container {cid}: update passed through unchanged: {decision.note}")
             return None
         if decision.note:
             reporter.emit("warning", f"container {cid}: {decision.note}", to_stream=False)
+        if assigned is None and decision.cpus != prev_pair[0]:
+            _require_free(config, cid, decision.cpus, f"container {cid}")
         prev_quota = _quota_state(rec.get("quota"))
         period = (quota.period if quota is not None and quota.period else None) or (
             prev_quota.period if prev_quota else DEFAULT_PERIOD)
@@ -852,6 +937,7 @@ def update_container(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], con
             given = Quota(quota.quota, period)
         new_quota = compute_quota(given, prev_quota, len(shared),
                                   compute_quota_hint(prev_quota, prev_pair[0], decision.cpus, period))
+        check_raised(new_quota, "the container's quota", f"container {cid}")
         record = _container_doc(cid, {k: rec.get(k, "") for k in ("namespace", "pod", "container", "pod_uid")},
                                 node.layout, cg.Dirs(rec["cgroup"]["cpuset"], rec["cgroup"]["cpu"]),
                                 None if rec.get("pod_cgroup") is None else cg.Dirs(rec["pod_cgroup"]["cpuset"],

@@ -292,7 +292,7 @@ MODE_EXECUTABLE = 0o755
 # The modules apply, release, the watches entry and the metrics import (standard library only;
 # tests/unit/test_machineconfig_noimage.py runs them laid out with nothing else importable).
 NOIMAGE_MODULES: Tuple[str, ...] = (
-    "__init__", "_compat", "cgroups", "config", "cpuset", "engine", "errors", "fastpath", "files", "kubelet",
+    "__init__", "_compat", "bounds", "cgroups", "config", "cpuset", "engine", "errors", "fastpath", "files", "kubelet",
     "log", "metrics", "oci", "plan", "records", "request", "validate", "watches",
 )
 # Units that need more than the standard library (the NRI plugin: click, protobuf).

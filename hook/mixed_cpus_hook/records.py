@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 
+from .bounds import MAX_PERIOD, MAX_QUOTA
 from .cpuset import parse_cpulist
 from .errors import CpuListError, RecordError
 from .validate import ID_PATTERN, NAME_PATTERN, is_plain_name
@@ -70,6 +71,9 @@ def _bad(path: str, problem: str) -> RecordError:
 
 
 def _check_quota(q: Any, path: str, field: str, nullable: bool) -> None:
+    """Quota bookkeeping, within what the kernel accepts: a value above bounds.MAX_QUOTA was never
+    in a quota file, so a record holding one (written by a version without the bound) cannot tell
+    its own writes from kubelet's and is not used."""
     if q is None and nullable:
         return
     if not isinstance(q, dict):
@@ -80,12 +84,16 @@ def _check_quota(q: Any, path: str, field: str, nullable: bool) -> None:
         v = q[key]
         if v is not None and (type(v) is not int or v < 0):
             raise _bad(path, f"{field}.{key} is not a non-negative integer or null")
+        if v is not None and v > MAX_QUOTA:
+            raise _bad(path, f"{field}.{key} {v} is above the kernel's maximum quota {MAX_QUOTA}")
     period = q.get("period")
     if type(period) is not int or period < 1:
         raise _bad(path, f"{field}.period is not a positive integer")
+    if period > MAX_PERIOD:
+        raise _bad(path, f"{field}.period {period} is above the kernel's maximum period {MAX_PERIOD}")
     ours = q.get("ours", [])
-    if not isinstance(ours, list) or not all(type(v) is int and v >= 0 for v in ours):
-        raise _bad(path, f"{field}.ours is not a list of non-negative integers")
+    if not isinstance(ours, list) or not all(type(v) is int and 0 <= v <= MAX_QUOTA for v in ours):
+        raise _bad(path, f"{field}.ours is not a list of non-negative integers up to {MAX_QUOTA}")
 
 
 def _check_dirs(d: Any, path: str, field: str, nullable: bool) -> None:

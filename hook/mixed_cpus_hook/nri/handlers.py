@@ -10,36 +10,76 @@ for our sake: they log, and kubelet's values pass through unchanged.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+import os
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from .. import engine
+from ..bounds import (MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ID, MAX_NAME, MAX_SYNC_CONTAINERS,
+                      MAX_SYNC_KEPT_BYTES, MAX_SYNC_PODS, MAX_UID, check_length, check_period, check_quota)
 from ..cgroups import Quota
 from ..config import Config
 from ..cpuset import format_cpulist, parse_cpulist
-from ..errors import HookError
-from ..log import Reporter
-from ..records import list_records, load_record, state_lock
+from ..errors import HookError, RuntimeInputError
+from ..log import Reporter, quote
+from ..records import list_records, load_record, record_path, state_lock
 from ..request import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID, may_ask
+from ..validate import is_plain_name
 from . import api
+from .ttrpc import MAX_MESSAGE
 
 EVENTS = api.event_mask("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
 ENV_NAMES = ("OPENSHIFT_ISOLATED_CPUS", "OPENSHIFT_SHARED_CPUS")
 STOPPED = api.CONTAINER_STATES["CONTAINER_STOPPED"]
+# The updates of one SynchronizeResponse: one ttrpc message, less room for the response around them.
+SYNC_RESPONSE_BUDGET = MAX_MESSAGE - 4096
 
 
 class RequestFailed(Exception):
     """Answer this NRI request with an error status carrying this one-line message."""
 
 
+class Interrupted(Exception):
+    """The plugin is stopping (SIGTERM): a long Synchronize ends between two containers."""
+
+
 # -- messages -> facts (pure) --------------------------------------------------------------
 
+def check_id(cid: str, what: str, where: str) -> str:
+    """A container id that can name a record: bounded, one plain path component."""
+    check_length(cid, MAX_ID, what, where)
+    if not is_plain_name(cid):
+        raise RuntimeInputError(f"{what} {quote(cid)} is not a plain container id", where)
+    return cid
+
+
+def _check_annotations(annotations: Mapping[str, str], what: str, where: str) -> None:
+    size = sum(len(k) + len(v) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        raise RuntimeInputError(f"{what} annotations of {size} characters exceed the {MAX_ANNOTATIONS_BYTES} "
+                                "Kubernetes allows", where)
+
+
+def check_request(pod: "api.PodSandbox", container: "api.Container", where: str) -> None:
+    """Every string and map of an asking container's request within bounds.py's bounds, before
+    anything is looked up, parsed or written (a RuntimeInputError names the first that is not)."""
+    check_id(container.id, "container id", where)
+    for value, what in ((container.name, "container name"), (pod.name, "pod name"), (pod.namespace, "namespace")):
+        check_length(value, MAX_NAME, what, where)
+    check_length(pod.uid, MAX_UID, "pod uid", where)
+    check_length(container.linux.resources.cpu.cpus, MAX_CPULIST_TEXT, "linux.resources.cpu.cpus", where)
+    _check_annotations(pod.annotations, "pod", where)
+    _check_annotations(container.annotations, "container", where)
+
+
 def compute_facts(pod: "api.PodSandbox", container: "api.Container") -> "engine.ContainerFacts":
-    """The engine's view of a container; raises CpuListError for a malformed cpuset."""
+    """The engine's view of a container; raises a HookError for a value out of bounds or malformed."""
+    where = f"container {quote(container.id, bare=True)}"
+    check_request(pod, container, where)
     annotations: Dict[str, str] = dict(pod.annotations)
     annotations.update(container.annotations)
     annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
                         CONTAINER_NAME: container.name})
-    cpus, quota, period = parse_cpu(container.linux.resources, f"container {container.id}: linux.resources.cpu")
+    cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu")
     return engine.ContainerFacts(
         id=container.id, annotations=annotations, cpus=cpus, quota=quota.quota if quota else None,
         period=quota.period if quota else period, cgroups_path=container.linux.cgroups_path,
@@ -50,15 +90,18 @@ def parse_cpu(resources: "api.LinuxResources", where: str) -> Tuple[FrozenSet[in
     """(cpus, quota, period) of NRI resources: empty cpus when unset; quota None when not given.
 
     containerd passes a CRI update's quota even when kubelet left it out (the CPU manager sends
-    only the cpuset): 0 then, which means "not in the update", never "unlimited". A negative
-    quota (-1) is unlimited: Quota(None, period).
+    only the cpuset): 0 then, which means "not in the update", never "unlimited". -1 is
+    unlimited: Quota(None, period). Anything else must be a quota and a period the kernel
+    accepts (bounds.py); a RuntimeInputError says which is not.
     """
     cpu = resources.cpu
     cpus = parse_cpulist(cpu.cpus, f"{where}.cpus") if cpu.cpus.strip() else frozenset()
-    period = cpu.period.value if cpu.HasField("period") else 0
+    period = check_period(cpu.period.value if cpu.HasField("period") else 0, "period", where)
     if not cpu.HasField("quota") or cpu.quota.value == 0:
         return cpus, None, period
     value = cpu.quota.value
+    if value != -1:
+        check_quota(value, "quota", where)
     return cpus, Quota(value if value > 0 else None, period), period
 
 
@@ -97,6 +140,75 @@ def describe(adj: "engine.Adjustment") -> str:
             f"{format_cpulist(adj.shared)}), quota {quota}")
 
 
+# -- Synchronize: the parts collected, bounded --------------------------------------------
+
+class SyncParts:
+    """What the plugin keeps of a Synchronize split in parts (``more``): bounded whatever is sent.
+
+    Each container and pod is trimmed to the fields the plugin reads (a pod's annotations under
+    the configured prefix, a container's ending in its own name); at most bounds.MAX_SYNC_PODS
+    pods, MAX_SYNC_CONTAINERS containers and MAX_SYNC_KEPT_BYTES bytes are kept. Past that the
+    rest is only counted, and the Synchronize is ``cut``: no record is then taken as gone.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix + "/"
+        self.pods: Dict[str, "api.PodSandbox"] = {}
+        self.containers: List["api.Container"] = []
+        self.kept = 0
+        self.dropped_pods = 0
+        self.dropped_containers = 0
+        self.parts = 0
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.dropped_pods or self.dropped_containers)
+
+    def add(self, req: "api.SynchronizeRequest") -> None:
+        self.parts += 1
+        for pod in req.pods:
+            small = api.PodSandbox(id=_cut(pod.id, MAX_ID), name=_cut(pod.name, MAX_NAME), uid=_cut(pod.uid, MAX_UID),
+                                   namespace=_cut(pod.namespace, MAX_NAME))
+            small.linux.cgroup_parent = _cut(pod.linux.cgroup_parent, MAX_CGROUPS_PATH)
+            for key, value in pod.annotations.items():
+                if key.startswith(self.prefix):
+                    small.annotations[key] = value
+            if not self._keep(small, len(self.pods) < MAX_SYNC_PODS):
+                self.dropped_pods += 1
+                continue
+            self.pods[small.id] = small
+        for ctr in req.containers:
+            small = api.Container(id=_cut(ctr.id, MAX_ID), pod_sandbox_id=_cut(ctr.pod_sandbox_id, MAX_ID),
+                                  name=_cut(ctr.name, MAX_NAME), state=ctr.state)
+            small.linux.cgroups_path = _cut(ctr.linux.cgroups_path, MAX_CGROUPS_PATH)
+            cpu = ctr.linux.resources.cpu
+            small.linux.resources.cpu.cpus = _cut(cpu.cpus, MAX_CPULIST_TEXT)
+            for field in ("quota", "period"):
+                if cpu.HasField(field):
+                    getattr(small.linux.resources.cpu, field).value = getattr(cpu, field).value
+            suffix = "/" + ctr.name
+            for key, value in ctr.annotations.items():
+                if key.endswith(suffix):
+                    small.annotations[key] = value
+            if not self._keep(small, len(self.containers) < MAX_SYNC_CONTAINERS):
+                self.dropped_containers += 1
+                continue
+            self.containers.append(small)
+
+    def _keep(self, msg: Any, room: bool) -> bool:
+        size = msg.ByteSize()
+        if not room or self.kept + size > MAX_SYNC_KEPT_BYTES:
+            return False
+        self.kept += size
+        return True
+
+
+def _cut(value: str, limit: int) -> str:
+    """At most one character past ``limit``: what is kept of a value is still refused by its bound
+    later, and costs no more than that."""
+    return value if len(value) <= limit else value[:limit + 1]
+
+
 # -- the handlers ----------------------------------------------------------------------------
 
 class Handlers:
@@ -108,8 +220,9 @@ class Handlers:
         self.reporter = reporter
         self._read_node = read_node or engine.read_node
         self.node: Optional["engine.NodeView"] = None
-        self._sync_pods: List["api.PodSandbox"] = []
-        self._sync_containers: List["api.Container"] = []
+        self._sync = SyncParts(config.annotation_prefix)
+        # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
+        self.stopping: Callable[[], bool] = lambda: False
 
     def refresh_node(self) -> None:
         """Re-read the shared CPUs and the cgroup layout (at connect and every reconcile)."""
@@ -121,61 +234,77 @@ class Handlers:
 
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""
-        self._sync_pods, self._sync_containers = [], []
+        self._sync = SyncParts(self.config.annotation_prefix)
         self.refresh_node()
 
     # Configure -------------------------------------------------------------------------
     def configure(self, req: "api.ConfigureRequest") -> "api.ConfigureResponse":
-        self.reporter.info(f"nri: configured by {req.runtime_name or 'runtime'} {req.runtime_version}".rstrip()
-                           + (f" (NRI {req.NRI_version})" if req.NRI_version else "")
+        self.reporter.info(f"nri: configured by {quote(req.runtime_name or 'runtime', bare=True)} "
+                           f"{quote(req.runtime_version, bare=True)}".rstrip()
+                           + (f" (NRI {quote(req.NRI_version, bare=True)})" if req.NRI_version else "")
                            + f", request timeout {req.request_timeout} ms")
         return api.ConfigureResponse(events=EVENTS)
 
     # CreateContainer -------------------------------------------------------------------
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
-        cid = req.container.id
-        where = f"nri: CreateContainer {cid} ({req.pod.namespace}/{req.pod.name}/{req.container.name})"
         annotations = dict(req.pod.annotations)
         annotations.update(req.container.annotations)
         annotations[CONTAINER_NAME] = req.container.name
         if not may_ask(annotations):
             return api.CreateContainerResponse()
+        where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
         try:
             adj = engine.admit_container(compute_facts(req.pod, req.container), self.config, self.reporter,
                                          node=self.node)
-        except HookError as exc:
+            reply = api.CreateContainerResponse() if adj is None else api.CreateContainerResponse(
+                adjust=format_adjustment(adj))
+        except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
+            problem = format_problem(exc)
             if self.config.failure_policy == "fail":
-                self.reporter.error(f"{where}: {exc.kind}: {exc}")
-                raise RequestFailed(f"mixed-cpus-hook: {exc.kind}: {exc}") from None
-            self.reporter.warning(f"{where}: {exc.kind}: {exc} (failure_policy ignore: created unadjusted)")
+                self.reporter.error(f"{where}: {problem}")
+                raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
+            self.reporter.warning(f"{where}: {problem} (failure_policy ignore: created unadjusted)")
             return api.CreateContainerResponse()
-        if adj is None:
-            return api.CreateContainerResponse()
-        self.reporter.info(f"{where}: {describe(adj)}")
-        return api.CreateContainerResponse(adjust=format_adjustment(adj))
+        if adj is not None:
+            self.reporter.info(f"{where}: {describe(adj)}")
+        return reply
 
     # UpdateContainer -------------------------------------------------------------------
     def update_container(self, req: "api.UpdateContainerRequest") -> "api.UpdateContainerResponse":
         cid = req.container.id
+        if not self.tracked(cid):
+            return api.UpdateContainerResponse()  # not ours: kubelet's update passes, nothing parsed
         where = f"nri: UpdateContainer {cid}"
         try:
             cpus, quota, _period = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu")
             adj = engine.update_container(cid, cpus, quota, self.config, self.reporter, node=self.node)
-        except HookError as exc:
-            self.reporter.error(f"{where}: {exc.kind}: {exc} (kubelet's update passes unchanged)")
+            reply = api.UpdateContainerResponse() if adj is None else api.UpdateContainerResponse(
+                update=[format_update(cid, adj)])
+        except Exception as exc:  # noqa: BLE001 - an update never fails for our sake
+            self.reporter.error(f"{where}: {format_problem(exc)} (kubelet's update passes unchanged)")
             return api.UpdateContainerResponse()
-        if adj is None:
-            return api.UpdateContainerResponse()
-        self.reporter.info(f"{where}: kubelet's update rewritten: {describe(adj)}")
-        return api.UpdateContainerResponse(update=[format_update(cid, adj)])
+        if adj is not None:
+            self.reporter.info(f"{where}: kubelet's update rewritten: {describe(adj)}")
+        return reply
+
+    def tracked(self, cid: str) -> bool:
+        """Whether ``cid`` can have a record and has one (one stat; the id is checked first)."""
+        if not cid or len(cid) > MAX_ID or not is_plain_name(cid):
+            return False
+        try:
+            return os.path.lexists(record_path(self.config.state_dir, "containers", cid))
+        except HookError:
+            return False
 
     # StopContainer, RemoveContainer ------------------------------------------------------
     def release(self, cid: str, why: str) -> None:
+        if not self.tracked(cid):
+            return
         try:
             with state_lock(self.config.state_dir):
                 engine.release_container(cid, self.config, self.reporter, why=why)
-        except HookError as exc:
-            self.reporter.error(f"nri: {why} {cid}: {exc.kind}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a stop never fails for our sake
+            self.reporter.error(f"nri: {why} {cid}: {format_problem(exc)}")
 
     def stop_container(self, req: "api.StopContainerRequest") -> "api.StopContainerResponse":
         self.release(req.container.id, "stopped")
@@ -193,52 +322,89 @@ class Handlers:
     # Synchronize -----------------------------------------------------------------------
     def synchronize(self, req: "api.SynchronizeRequest") -> "api.SynchronizeResponse":
         """Collect a split Synchronize (``more``); at the last part, answer with the updates."""
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
+        self._sync.add(req)
         if req.more:
             return api.SynchronizeResponse(more=True)
-        pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
-        return api.SynchronizeResponse(update=self.compute_sync(pods, containers))
+        parts, self._sync = self._sync, SyncParts(self.config.annotation_prefix)
+        return api.SynchronizeResponse(update=self.compute_sync(parts))
 
-    def compute_sync(self, pods: List["api.PodSandbox"], containers: List["api.Container"]) -> List["api.ContainerUpdate"]:
+    def compute_sync(self, parts: SyncParts) -> List["api.ContainerUpdate"]:
         """Tracked containers back to their mixed set (from the records); asking ones admitted.
 
-        Records of NRI-mode containers the runtime no longer knows are released. Nothing here
-        fails the Synchronize: a runtime drops a plugin whose Synchronize fails.
+        Nothing here fails the Synchronize (a runtime drops a plugin whose Synchronize fails): a
+        container that cannot be handled, for any reason, is skipped and named in the log. The
+        updates fit one ttrpc message: those past it are left to the periodic reconcile (their
+        records say what they need). Records of NRI containers the runtime did not list are
+        released only when their cgroup is gone too, and not at all when the Synchronize was cut.
         """
-        by_id = {p.id: p for p in pods}
         updates: List["api.ContainerUpdate"] = []
+        size = 0
         known = set()
-        for ctr in containers:
+        skipped: List[str] = []
+        over_budget: List[str] = []
+        for ctr in parts.containers:
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
             known.add(ctr.id)
             if ctr.state == STOPPED:
                 continue
-            pod = by_id.get(ctr.pod_sandbox_id, api.PodSandbox())
-            where = f"nri: Synchronize: container {ctr.id} ({pod.namespace}/{pod.name}/{ctr.name})"
+            pod = parts.pods.get(ctr.pod_sandbox_id, api.PodSandbox())
+            where = f"nri: Synchronize: container {describe_container(pod, ctr)}"
             try:
-                # The runtime's current values: what landed while no plugin was connected (kubelet's
-                # update, a resize) is kubelet's and must not be taken for the record's.
-                cpus, quota, _period = parse_cpu(ctr.linux.resources, f"{where}: linux.resources.cpu")
-                adj = engine.update_container(ctr.id, cpus, quota, self.config, self.reporter, node=self.node)
-                if adj is None:
-                    annotations = dict(pod.annotations)
-                    annotations.update(ctr.annotations)
-                    annotations[CONTAINER_NAME] = ctr.name
-                    if not may_ask(annotations):
-                        continue
-                    adj = engine.admit_container(compute_facts(pod, ctr), self.config, self.reporter,
-                                                 node=self.node)
-            except HookError as exc:
-                self.reporter.error(f"{where}: {exc.kind}: {exc}")
+                update = self._sync_one(pod, ctr, where)
+            except Exception as exc:  # noqa: BLE001 - one container never fails the others
+                self.reporter.error(f"{where}: {format_problem(exc)} (skipped)")
+                skipped.append(ctr.id)
                 continue
-            if adj is not None:
-                self.reporter.info(f"{where}: {describe(adj)}")
-                updates.append(format_update(ctr.id, adj, ignore_failure=True))
+            if update is None:
+                continue
+            cost = update.ByteSize() + 16  # the field's tag and length
+            if size + cost > SYNC_RESPONSE_BUDGET:
+                over_budget.append(ctr.id)
+                continue
+            size += cost
+            updates.append(update)
+        if over_budget:
+            self.reporter.error(f"nri: Synchronize: {len(over_budget)} update(s) did not fit one answer "
+                                f"(first {quote(over_budget[0])}); the periodic reconcile applies them")
+        if parts.cut:
+            self.reporter.error(f"nri: Synchronize: more than the plugin keeps ({parts.dropped_pods} pod(s) and "
+                                f"{parts.dropped_containers} container(s) past bounds.MAX_SYNC_*); no record is "
+                                "released for a container not listed")
+            return updates
         for cid in self.nri_records():
             if cid not in known:
-                self.release(cid, "gone from the runtime")
+                self._forget_if_gone(cid)
         return updates
+
+    def _sync_one(self, pod: "api.PodSandbox", ctr: "api.Container", where: str) -> Optional["api.ContainerUpdate"]:
+        """One container of a Synchronize: its update, or None."""
+        adj = None
+        if self.tracked(ctr.id):
+            # The runtime's current values: what landed while no plugin was connected (kubelet's
+            # update, a resize) is kubelet's and must not be taken for the record's.
+            cpus, quota, _period = parse_cpu(ctr.linux.resources, f"{where}: linux.resources.cpu")
+            adj = engine.update_container(ctr.id, cpus, quota, self.config, self.reporter, node=self.node)
+        if adj is None:
+            annotations = dict(pod.annotations)
+            annotations.update(ctr.annotations)
+            annotations[CONTAINER_NAME] = ctr.name
+            if not may_ask(annotations):
+                return None
+            adj = engine.admit_container(compute_facts(pod, ctr), self.config, self.reporter, node=self.node)
+        if adj is None:
+            return None
+        update = format_update(ctr.id, adj, ignore_failure=True)
+        self.reporter.info(f"{where}: {describe(adj)}")
+        return update
+
+    def _forget_if_gone(self, cid: str) -> None:
+        try:
+            if not engine.forget_if_gone(cid, self.config, self.reporter, "gone from the runtime"):
+                self.reporter.warning(f"nri: Synchronize did not list container {cid}, but its cgroup is there: "
+                                      "record kept (released when the cgroup goes)")
+        except Exception as exc:  # noqa: BLE001
+            self.reporter.error(f"nri: Synchronize: container {cid}: {format_problem(exc)}")
 
     def nri_records(self) -> List[str]:
         """Ids of the records this mode made (hook-mode records belong to the hook)."""
@@ -261,3 +427,16 @@ class Handlers:
             engine.reconcile(self.config, self.reporter, reason="reapplied (nri periodic)", node=self.node)
         except HookError as exc:
             self.reporter.error(f"nri: reconcile: {exc.kind}: {exc}")
+
+
+def describe_container(pod: "api.PodSandbox", container: "api.Container") -> str:
+    """"<id> (<namespace>/<pod>/<container>)" with every part quoted and cut (they come from the runtime)."""
+    names = "/".join(quote(v, bare=True) for v in (pod.namespace, pod.name, container.name))
+    return f"{quote(container.id, bare=True)} ({names})"
+
+
+def format_problem(exc: BaseException) -> str:
+    """One line for a failure: a HookError's kind and message, anything else as an internal error."""
+    if isinstance(exc, HookError):
+        return f"{exc.kind}: {exc}"
+    return f"internal error: {quote(exc)}"
