@@ -46,18 +46,23 @@ MAX_NAME = 253
 MAX_UID = 64
 UID_CHARS = frozenset("0123456789abcdefABCDEF-")
 # Annotations of one pod or one container, keys and values together: Kubernetes refuses more
-# than 256 KiB for one object (TotalAnnotationSizeLimitB).
+# than 256 KiB for one object (TotalAnnotationSizeLimitB). Their number is checked first (it is
+# known before any is read): kubelet and the runtimes add a few dozen, pods rarely more.
 MAX_ANNOTATIONS_BYTES = 256 << 10
+MAX_ANNOTATIONS = 4096
 # A cgroups path or a pod's cgroup parent: PATH_MAX, and NAME_MAX for each of its components.
 MAX_CGROUPS_PATH = 4096
 MAX_PATH_COMPONENT = 255
 
 # -- Synchronize ----------------------------------------------------------------------------------
 # A runtime may split Synchronize in parts (``more``); the plugin keeps only what it needs of each
-# container and pod, and at most this much in all. kubelet runs at most a few hundred pods per
-# node (maxPods is 110 by default); these are two orders of magnitude above that.
-MAX_SYNC_PODS = 16384
-MAX_SYNC_CONTAINERS = 65536
+# container and pod, and at most this much in all. kubelet runs 110 pods per node by default and
+# 500 in the largest supported configurations (OpenShift's tested maximum), some 1,500 containers
+# with their last exited ones; these are four to five times that. What is past them is cut before
+# it is decoded: the plugin handles some 60,000 containers a second (RHEL 9's pure-Python
+# protobuf decodes about as many), so a Synchronize at these bounds stays well inside NRI's 2 s.
+MAX_SYNC_PODS = 2048
+MAX_SYNC_CONTAINERS = 8192
 # The bytes kept across the parts (trimmed messages): beyond it the rest is not looked at.
 MAX_SYNC_KEPT_BYTES = 32 << 20
 

@@ -11,17 +11,17 @@ for our sake: they log, and kubelet's values pass through unchanged.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import engine
-from ..bounds import (MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ID, MAX_NAME, MAX_SYNC_CONTAINERS,
+from ..bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ID, MAX_NAME, MAX_SYNC_CONTAINERS,
                       MAX_SYNC_KEPT_BYTES, MAX_SYNC_PODS, MAX_UID, check_length, check_period, check_quota)
 from ..cgroups import Quota
 from ..config import Config
 from ..cpuset import format_cpulist, parse_cpulist
-from ..errors import HookError, RuntimeInputError
+from ..errors import CpuListError, HookError, RuntimeInputError
 from ..log import Reporter, quote
-from ..records import list_records, load_record, record_path, state_lock
+from ..records import list_records, load_record, state_lock
 from ..request import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID, may_ask
 from ..validate import is_plain_name
 from . import api
@@ -52,11 +52,28 @@ def check_id(cid: str, what: str, where: str) -> str:
     return cid
 
 
-def _check_annotations(annotations: Mapping[str, str], what: str, where: str) -> None:
+def annotation_pairs(field: Any) -> Iterable[Tuple[str, str]]:
+    """(key, value) of a message's annotations: a map (a message built in this process) or the
+    repeated entries of api.READ, which requests are decoded into."""
+    return field.items() if hasattr(field, "items") else ((e.key, e.value) for e in field)
+
+
+def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
+    """A message's annotations as a dict; their count is checked before any is read
+    (bounds.MAX_ANNOTATIONS: the count is known from the decoded entries, a map is not built)."""
+    if len(field) > MAX_ANNOTATIONS:
+        raise RuntimeInputError(f"{what} has {len(field)} annotations, more than the {MAX_ANNOTATIONS} read", where)
+    return dict(annotation_pairs(field))
+
+
+def read_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
+    """count_annotations, and their size within MAX_ANNOTATIONS_BYTES (an asking container's)."""
+    annotations = count_annotations(field, what, where)
     size = sum(len(k) + len(v) for k, v in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
         raise RuntimeInputError(f"{what} annotations of {size} characters exceed the {MAX_ANNOTATIONS_BYTES} "
                                 "Kubernetes allows", where)
+    return annotations
 
 
 def check_request(pod: "api.PodSandbox", container: "api.Container", where: str) -> None:
@@ -67,26 +84,29 @@ def check_request(pod: "api.PodSandbox", container: "api.Container", where: str)
         check_length(value, MAX_NAME, what, where)
     check_length(pod.uid, MAX_UID, "pod uid", where)
     check_length(container.linux.resources.cpu.cpus, MAX_CPULIST_TEXT, "linux.resources.cpu.cpus", where)
-    _check_annotations(pod.annotations, "pod", where)
-    _check_annotations(container.annotations, "container", where)
 
 
-def compute_facts(pod: "api.PodSandbox", container: "api.Container") -> "engine.ContainerFacts":
-    """The engine's view of a container; raises a HookError for a value out of bounds or malformed."""
+def compute_facts(pod: "api.PodSandbox", container: "api.Container",
+                  cpus_limit: int = MAX_CPULIST_TEXT) -> "engine.ContainerFacts":
+    """The engine's view of a container; raises a HookError for a value out of bounds or malformed.
+
+    ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
+    """
     where = f"container {quote(container.id, bare=True)}"
     check_request(pod, container, where)
-    annotations: Dict[str, str] = dict(pod.annotations)
-    annotations.update(container.annotations)
+    annotations = read_annotations(pod.annotations, "pod", where)
+    annotations.update(read_annotations(container.annotations, "container", where))
     annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
                         CONTAINER_NAME: container.name})
-    cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu")
+    cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu", cpus_limit)
     return engine.ContainerFacts(
         id=container.id, annotations=annotations, cpus=cpus, quota=quota.quota if quota else None,
         period=quota.period if quota else period, cgroups_path=container.linux.cgroups_path,
         pod_cgroup=pod.linux.cgroup_parent)
 
 
-def parse_cpu(resources: "api.LinuxResources", where: str) -> Tuple[FrozenSet[int], Optional[Quota], int]:
+def parse_cpu(resources: "api.LinuxResources", where: str,
+              cpus_limit: int = MAX_CPULIST_TEXT) -> Tuple[FrozenSet[int], Optional[Quota], int]:
     """(cpus, quota, period) of NRI resources: empty cpus when unset; quota None when not given.
 
     containerd passes a CRI update's quota even when kubelet left it out (the CPU manager sends
@@ -95,14 +115,32 @@ def parse_cpu(resources: "api.LinuxResources", where: str) -> Tuple[FrozenSet[in
     accepts (bounds.py); a RuntimeInputError says which is not.
     """
     cpu = resources.cpu
-    cpus = parse_cpulist(cpu.cpus, f"{where}.cpus") if cpu.cpus.strip() else frozenset()
-    period = check_period(cpu.period.value if cpu.HasField("period") else 0, "period", where)
-    if not cpu.HasField("quota") or cpu.quota.value == 0:
+    return parse_cpu_values(cpu.cpus, cpu.quota.value if cpu.HasField("quota") else None,
+                            cpu.period.value if cpu.HasField("period") else None, where, cpus_limit)
+
+
+def parse_cpu_values(cpus_text: str, quota_value: Optional[int], period_value: Optional[int],
+                     where: str, cpus_limit: int = MAX_CPULIST_TEXT) -> Tuple[FrozenSet[int], Optional[Quota], int]:
+    """parse_cpu of the three values (None: the field is not set)."""
+    if len(cpus_text) > cpus_limit:
+        raise CpuListError(f"cpulist of {len(cpus_text)} characters is longer than the {cpus_limit} that any list "
+                           "of this node's online CPUs takes", f"{where}.cpus")
+    cpus = parse_cpulist(cpus_text, f"{where}.cpus") if cpus_text.strip() else frozenset()
+    period = check_period(period_value or 0, "period", where)
+    if not quota_value:
         return cpus, None, period
-    value = cpu.quota.value
-    if value != -1:
-        check_quota(value, "quota", where)
-    return cpus, Quota(value if value > 0 else None, period), period
+    if quota_value != -1:
+        check_quota(quota_value, "quota", where)
+    return cpus, Quota(quota_value if quota_value > 0 else None, period), period
+
+
+def compute_cpus_limit(online: FrozenSet[int]) -> int:
+    """The longest cpulist text worth parsing on a node with these online CPUs: every one of them
+    written alone, comma-separated (kubelet writes shorter, canonical lists). A longer list names
+    a CPU twice or one that is not online: refused before it costs a parse."""
+    if not online:
+        return MAX_CPULIST_TEXT
+    return min(MAX_CPULIST_TEXT, sum(len(str(c)) + 1 for c in online) + 2)
 
 
 # -- adjustments -> messages (pure) ----------------------------------------------------------
@@ -142,65 +180,138 @@ def describe(adj: "engine.Adjustment") -> str:
 
 # -- Synchronize: the parts collected, bounded --------------------------------------------
 
+class SyncPod(NamedTuple):
+    """What a Synchronize keeps of a pod (plain values: a pure-Python protobuf message costs
+    a hundred times more to build)."""
+
+    id: str
+    name: str
+    uid: str
+    namespace: str
+    cgroup_parent: str
+    annotations: Tuple[Tuple[str, str], ...]
+
+
+class SyncContainer(NamedTuple):
+    """What a Synchronize keeps of a container (quota and period None: not set)."""
+
+    id: str
+    pod_sandbox_id: str
+    name: str
+    state: int
+    cgroups_path: str
+    cpus: str
+    quota: Optional[int]
+    period: Optional[int]
+    annotations: Tuple[Tuple[str, str], ...]
+
+
+NO_POD = SyncPod("", "", "", "", "", ())
+EMPTY_LINUX = api.Container().linux
+EMPTY_CPU = api.LinuxResources().cpu
+ENTRY_COST = 128  # bytes counted for an entry on top of its strings
+
+
 class SyncParts:
     """What the plugin keeps of a Synchronize split in parts (``more``): bounded whatever is sent.
 
-    Each container and pod is trimmed to the fields the plugin reads (a pod's annotations under
-    the configured prefix, a container's ending in its own name); at most bounds.MAX_SYNC_PODS
-    pods, MAX_SYNC_CONTAINERS containers and MAX_SYNC_KEPT_BYTES bytes are kept. Past that the
-    rest is only counted, and the Synchronize is ``cut``: no record is then taken as gone.
+    Pods and containers past bounds.MAX_SYNC_PODS and MAX_SYNC_CONTAINERS (across the parts) are
+    cut from each part before it is decoded (``room`` and ``count_cut``); each one kept is
+    trimmed to the fields the plugin reads (a pod's annotations under the configured prefix, a
+    container's ending in its own name, every string cut one past its bound), and at most
+    MAX_SYNC_KEPT_BYTES are kept. Past any bound the rest is only counted, and the Synchronize
+    is ``cut``: no record is then taken as gone.
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, stopping: Callable[[], bool] = lambda: False) -> None:
         self.prefix = prefix + "/"
-        self.pods: Dict[str, "api.PodSandbox"] = {}
-        self.containers: List["api.Container"] = []
+        self.stopping = stopping
+        self.pods: Dict[str, SyncPod] = {}
+        self.containers: List[SyncContainer] = []
+        self.pod_count = 0
         self.kept = 0
         self.dropped_pods = 0
         self.dropped_containers = 0
-        self.parts = 0
 
     @property
     def cut(self) -> bool:
         return bool(self.dropped_pods or self.dropped_containers)
 
+    def room(self) -> Dict[int, int]:
+        """How many more pods (field 1) and containers (field 2) a part may bring."""
+        return {1: max(0, MAX_SYNC_PODS - self.pod_count), 2: max(0, MAX_SYNC_CONTAINERS - len(self.containers))}
+
+    def count_cut(self, dropped: Dict[int, int]) -> None:
+        self.dropped_pods += dropped.get(1, 0)
+        self.dropped_containers += dropped.get(2, 0)
+
     def add(self, req: "api.SynchronizeRequest") -> None:
-        self.parts += 1
         for pod in req.pods:
-            small = api.PodSandbox(id=_cut(pod.id, MAX_ID), name=_cut(pod.name, MAX_NAME), uid=_cut(pod.uid, MAX_UID),
-                                   namespace=_cut(pod.namespace, MAX_NAME))
-            small.linux.cgroup_parent = _cut(pod.linux.cgroup_parent, MAX_CGROUPS_PATH)
-            for key, value in pod.annotations.items():
-                if key.startswith(self.prefix):
-                    small.annotations[key] = value
-            if not self._keep(small, len(self.pods) < MAX_SYNC_PODS):
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            if self.pod_count >= MAX_SYNC_PODS:
                 self.dropped_pods += 1
                 continue
+            parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
+            small = SyncPod(_cut(pod.id, MAX_ID), _cut(pod.name, MAX_NAME), _cut(pod.uid, MAX_UID),
+                            _cut(pod.namespace, MAX_NAME), _cut(parent, MAX_CGROUPS_PATH),
+                            tuple((k, v) for k, v in _bounded_pairs(pod.annotations) if k.startswith(self.prefix)))
+            if not self._keep(small):
+                self.dropped_pods += 1
+                continue
+            self.pod_count += 1
             self.pods[small.id] = small
         for ctr in req.containers:
-            small = api.Container(id=_cut(ctr.id, MAX_ID), pod_sandbox_id=_cut(ctr.pod_sandbox_id, MAX_ID),
-                                  name=_cut(ctr.name, MAX_NAME), state=ctr.state)
-            small.linux.cgroups_path = _cut(ctr.linux.cgroups_path, MAX_CGROUPS_PATH)
-            cpu = ctr.linux.resources.cpu
-            small.linux.resources.cpu.cpus = _cut(cpu.cpus, MAX_CPULIST_TEXT)
-            for field in ("quota", "period"):
-                if cpu.HasField(field):
-                    getattr(small.linux.resources.cpu, field).value = getattr(cpu, field).value
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            if len(self.containers) >= MAX_SYNC_CONTAINERS:
+                self.dropped_containers += 1
+                continue
+            # An unset sub-message costs as much to read as to build (pure-Python protobuf): ask first.
+            linux = ctr.linux if ctr.HasField("linux") else EMPTY_LINUX
+            cpu = linux.resources.cpu if linux.HasField("resources") and linux.resources.HasField("cpu") else EMPTY_CPU
             suffix = "/" + ctr.name
-            for key, value in ctr.annotations.items():
-                if key.endswith(suffix):
-                    small.annotations[key] = value
-            if not self._keep(small, len(self.containers) < MAX_SYNC_CONTAINERS):
+            small = SyncContainer(_cut(ctr.id, MAX_ID), _cut(ctr.pod_sandbox_id, MAX_ID), _cut(ctr.name, MAX_NAME),
+                                  ctr.state, _cut(linux.cgroups_path, MAX_CGROUPS_PATH),
+                                  _cut(cpu.cpus, MAX_CPULIST_TEXT),
+                                  cpu.quota.value if cpu.HasField("quota") else None,
+                                  cpu.period.value if cpu.HasField("period") else None,
+                                  tuple((k, v) for k, v in _bounded_pairs(ctr.annotations) if k.endswith(suffix)))
+            if not self._keep(small):
                 self.dropped_containers += 1
                 continue
             self.containers.append(small)
 
-    def _keep(self, msg: Any, room: bool) -> bool:
-        size = msg.ByteSize()
-        if not room or self.kept + size > MAX_SYNC_KEPT_BYTES:
+    def _keep(self, entry: Tuple[Any, ...]) -> bool:
+        size = ENTRY_COST + sum(len(v) for v in entry if isinstance(v, str)) + sum(
+            len(k) + len(v) for k, v in entry[-1])
+        if self.kept + size > MAX_SYNC_KEPT_BYTES:
             return False
         self.kept += size
         return True
+
+
+def _bounded_pairs(field: Any) -> Iterable[Tuple[str, str]]:
+    """The annotations kept of a Synchronize entry: none past bounds.MAX_ANNOTATIONS (it cannot
+    ask then; a tracked container is still brought back from its record)."""
+    return () if len(field) > MAX_ANNOTATIONS else annotation_pairs(field)
+
+
+def to_messages(pod: SyncPod, ctr: SyncContainer) -> Tuple["api.PodSandbox", "api.Container"]:
+    """The NRI messages again, for the few containers of a Synchronize that ask."""
+    pod_msg = api.PodSandbox(id=pod.id, name=pod.name, uid=pod.uid, namespace=pod.namespace)
+    pod_msg.linux.cgroup_parent = pod.cgroup_parent
+    pod_msg.annotations.update(dict(pod.annotations))
+    ctr_msg = api.Container(id=ctr.id, pod_sandbox_id=ctr.pod_sandbox_id, name=ctr.name, state=ctr.state)
+    ctr_msg.linux.cgroups_path = ctr.cgroups_path
+    cpu = ctr_msg.linux.resources.cpu
+    cpu.cpus = ctr.cpus
+    if ctr.quota is not None:
+        cpu.quota.value = ctr.quota
+    if ctr.period is not None:
+        cpu.period.value = ctr.period
+    ctr_msg.annotations.update(dict(ctr.annotations))
+    return pod_msg, ctr_msg
 
 
 def _cut(value: str, limit: int) -> str:
@@ -220,9 +331,12 @@ class Handlers:
         self.reporter = reporter
         self._read_node = read_node or engine.read_node
         self.node: Optional["engine.NodeView"] = None
-        self._sync = SyncParts(config.annotation_prefix)
         # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
         self.stopping: Callable[[], bool] = lambda: False
+        self._sync = self._new_sync()
+
+    def _new_sync(self) -> SyncParts:
+        return SyncParts(self.config.annotation_prefix, lambda: self.stopping())
 
     def refresh_node(self) -> None:
         """Re-read the shared CPUs and the cgroup layout (at connect and every reconcile)."""
@@ -232,9 +346,13 @@ class Handlers:
             self.node = None  # the engine reads it again per call and reports the problem there
             self.reporter.error(f"nri: {exc}")
 
+    def cpus_limit(self) -> int:
+        """compute_cpus_limit of the online CPUs read last (at connect and each reconcile)."""
+        return compute_cpus_limit(self.node.online if self.node is not None else frozenset())
+
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""
-        self._sync = SyncParts(self.config.annotation_prefix)
+        self._sync = self._new_sync()
         self.refresh_node()
 
     # Configure -------------------------------------------------------------------------
@@ -247,15 +365,19 @@ class Handlers:
 
     # CreateContainer -------------------------------------------------------------------
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
-        annotations = dict(req.pod.annotations)
-        annotations.update(req.container.annotations)
+        where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
+        try:
+            annotations = count_annotations(req.pod.annotations, "the pod", where)
+            annotations.update(count_annotations(req.container.annotations, "the container", where))
+        except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
+            self.reporter.warning(f"{exc.message}: annotations not read, created unadjusted")
+            return api.CreateContainerResponse()
         annotations[CONTAINER_NAME] = req.container.name
         if not may_ask(annotations):
             return api.CreateContainerResponse()
-        where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
         try:
-            adj = engine.admit_container(compute_facts(req.pod, req.container), self.config, self.reporter,
-                                         node=self.node)
+            adj = engine.admit_container(compute_facts(req.pod, req.container, self.cpus_limit()), self.config,
+                                         self.reporter, node=self.node)
             reply = api.CreateContainerResponse() if adj is None else api.CreateContainerResponse(
                 adjust=format_adjustment(adj))
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
@@ -276,7 +398,7 @@ class Handlers:
             return api.UpdateContainerResponse()  # not ours: kubelet's update passes, nothing parsed
         where = f"nri: UpdateContainer {cid}"
         try:
-            cpus, quota, _period = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu")
+            cpus, quota, _period = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu", self.cpus_limit())
             adj = engine.update_container(cid, cpus, quota, self.config, self.reporter, node=self.node)
             reply = api.UpdateContainerResponse() if adj is None else api.UpdateContainerResponse(
                 update=[format_update(cid, adj)])
@@ -288,13 +410,11 @@ class Handlers:
         return reply
 
     def tracked(self, cid: str) -> bool:
-        """Whether ``cid`` can have a record and has one (one stat; the id is checked first)."""
+        """Whether ``cid`` can have a record and has one (one stat; the id is checked first, as
+        records.record_path checks it)."""
         if not cid or len(cid) > MAX_ID or not is_plain_name(cid):
             return False
-        try:
-            return os.path.lexists(record_path(self.config.state_dir, "containers", cid))
-        except HookError:
-            return False
+        return os.path.lexists(os.path.join(self.config.state_dir, "containers", cid + ".json"))
 
     # StopContainer, RemoveContainer ------------------------------------------------------
     def release(self, cid: str, why: str) -> None:
@@ -320,12 +440,18 @@ class Handlers:
         return api.Empty()
 
     # Synchronize -----------------------------------------------------------------------
+    def decode_synchronize(self, payload: bytes) -> "api.SynchronizeRequest":
+        """A Synchronize part, decoded without the pods and containers past the bounds (counted)."""
+        data, dropped = api.cut_repeated(payload, self._sync.room())
+        self._sync.count_cut(dropped)
+        return api.READ["SynchronizeRequest"].FromString(data)
+
     def synchronize(self, req: "api.SynchronizeRequest") -> "api.SynchronizeResponse":
         """Collect a split Synchronize (``more``); at the last part, answer with the updates."""
         self._sync.add(req)
         if req.more:
             return api.SynchronizeResponse(more=True)
-        parts, self._sync = self._sync, SyncParts(self.config.annotation_prefix)
+        parts, self._sync = self._sync, self._new_sync()
         return api.SynchronizeResponse(update=self.compute_sync(parts))
 
     def compute_sync(self, parts: SyncParts) -> List["api.ContainerUpdate"]:
@@ -340,7 +466,6 @@ class Handlers:
         updates: List["api.ContainerUpdate"] = []
         size = 0
         known = set()
-        skipped: List[str] = []
         over_budget: List[str] = []
         for ctr in parts.containers:
             if self.stopping():
@@ -348,13 +473,11 @@ class Handlers:
             known.add(ctr.id)
             if ctr.state == STOPPED:
                 continue
-            pod = parts.pods.get(ctr.pod_sandbox_id, api.PodSandbox())
-            where = f"nri: Synchronize: container {describe_container(pod, ctr)}"
+            pod = parts.pods.get(ctr.pod_sandbox_id, NO_POD)
             try:
-                update = self._sync_one(pod, ctr, where)
+                update = self._sync_one(pod, ctr)
             except Exception as exc:  # noqa: BLE001 - one container never fails the others
-                self.reporter.error(f"{where}: {format_problem(exc)} (skipped)")
-                skipped.append(ctr.id)
+                self.reporter.error(f"{sync_where(pod, ctr)}: {format_problem(exc)} (skipped)")
                 continue
             if update is None:
                 continue
@@ -377,13 +500,17 @@ class Handlers:
                 self._forget_if_gone(cid)
         return updates
 
-    def _sync_one(self, pod: "api.PodSandbox", ctr: "api.Container", where: str) -> Optional["api.ContainerUpdate"]:
-        """One container of a Synchronize: its update, or None."""
+    def _sync_one(self, pod: SyncPod, ctr: SyncContainer) -> Optional["api.ContainerUpdate"]:
+        """One container of a Synchronize: its update, or None (most are neither tracked nor asking:
+        one stat and one look at their few annotations, nothing formatted)."""
         adj = None
+        where = ""
         if self.tracked(ctr.id):
+            where = sync_where(pod, ctr)
             # The runtime's current values: what landed while no plugin was connected (kubelet's
             # update, a resize) is kubelet's and must not be taken for the record's.
-            cpus, quota, _period = parse_cpu(ctr.linux.resources, f"{where}: linux.resources.cpu")
+            cpus, quota, _period = parse_cpu_values(ctr.cpus, ctr.quota, ctr.period, f"{where}: linux.resources.cpu",
+                                                    self.cpus_limit())
             adj = engine.update_container(ctr.id, cpus, quota, self.config, self.reporter, node=self.node)
         if adj is None:
             annotations = dict(pod.annotations)
@@ -391,11 +518,12 @@ class Handlers:
             annotations[CONTAINER_NAME] = ctr.name
             if not may_ask(annotations):
                 return None
-            adj = engine.admit_container(compute_facts(pod, ctr), self.config, self.reporter, node=self.node)
+            adj = engine.admit_container(compute_facts(*to_messages(pod, ctr), self.cpus_limit()), self.config,
+                                         self.reporter, node=self.node)
         if adj is None:
             return None
         update = format_update(ctr.id, adj, ignore_failure=True)
-        self.reporter.info(f"{where}: {describe(adj)}")
+        self.reporter.info(f"{where or sync_where(pod, ctr)}: {describe(adj)}")
         return update
 
     def _forget_if_gone(self, cid: str) -> None:
@@ -429,7 +557,11 @@ class Handlers:
             self.reporter.error(f"nri: reconcile: {exc.kind}: {exc}")
 
 
-def describe_container(pod: "api.PodSandbox", container: "api.Container") -> str:
+def sync_where(pod: SyncPod, ctr: SyncContainer) -> str:
+    return f"nri: Synchronize: container {describe_container(pod, ctr)}"
+
+
+def describe_container(pod: Any, container: Any) -> str:
     """"<id> (<namespace>/<pod>/<container>)" with every part quoted and cut (they come from the runtime)."""
     names = "/".join(quote(v, bare=True) for v in (pod.namespace, pod.name, container.name))
     return f"{quote(container.id, bare=True)} ({names})"

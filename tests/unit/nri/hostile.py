@@ -187,6 +187,7 @@ class Served:
         self.plugin = plugin
         self.peer: HostilePeer = plugin.accept()
         self.times: Dict[str, float] = {}
+        self.slowest = 0.0
         self.peer.handshake()
 
     def handshake(self) -> None:
@@ -202,8 +203,12 @@ class Served:
         self.handshake()
 
     def call(self, method: str, msg: Any, chunk: int = mux.CHUNK) -> Answer:
+        """One request and its answer; the time from sending it to the answer is kept (the case's worst)."""
         payload = msg if isinstance(msg, bytes) else msg.SerializeToString()
-        return self.peer.call_raw(method, payload, chunk)
+        start = time.monotonic()
+        answer = self.peer.call_raw(method, payload, chunk)
+        self.slowest = max(self.slowest, time.monotonic() - start)
+        return answer
 
     def canary(self) -> float:
         start = time.monotonic()
@@ -230,8 +235,10 @@ class Served:
             case.setup(self)
         before = self.node.snapshot()
         log_before = self.plugin.log_size()
+        self.slowest = 0.0
         try:
             case.act(self)
+            DURATIONS[name] = self.slowest
         finally:
             if case.drops or self.peer.closed:
                 self.reconnect()
@@ -269,5 +276,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "
         time.sleep(0.01)
 
 
-# Every canary time, by case, for the summary at the end of the run (tests/unit/nri/conftest.py).
+# Every canary time, by case, for the summary at the end of the run (tests/unit/nri/conftest.py),
+# and each case's slowest answer to a request sent with Served.call (from sending it: the wait of
+# a request right behind it).
 ANSWER_TIMES: Dict[str, float] = {}
+DURATIONS: Dict[str, float] = {}

@@ -343,6 +343,12 @@ STRINGS = [
     pytest.param(create_case(asking_name("n" * MiB), "container name of 1048576 characters"), id="container-name-1MiB"),
     pytest.param(create_case(x_with(lambda r: setattr(r.pod, "namespace", "n" * MiB)), "namespace of 1048576"),
                  id="namespace-1MiB"),
+    pytest.param(Case(lambda s: expect(s.call("CreateContainer", x_with(
+        lambda r: r.container.annotations.update({f"{i:x}": "" for i in range(100000)}))), ttrpc.OK)),
+        id="100000-annotations"),
+    pytest.param(Case(lambda s: expect(s.call("CreateContainer", x_with(
+        lambda r: r.pod.annotations.update({f"{i:x}": "" for i in range(100000)}))), ttrpc.OK)),
+        id="100000-pod-annotations"),
     pytest.param(create_case(x_with(lambda r: r.pod.annotations.update({"big": "v" * 300000})),
                              "pod annotations of 300"), id="annotations-300KB"),
     pytest.param(create_case(x_with(lambda r: setattr(r.container, "id", X + "\0")), "holds a NUL"), id="id-with-NUL"),
@@ -372,10 +378,14 @@ def timed_update(cid: str, cpus: str) -> Callable[[Served], None]:
 CPUSETS = [
     pytest.param(create_case(create_x(cpus="0" * (MAX_CPULIST_TEXT + 1)), "longer than the 65536 allowed"),
                  id="cpus-over-64KiB"),
-    pytest.param(create_case(create_x(cpus=",".join(["0-8191"] * 9000)), "not in 0-7"), id="cpus-wide-ranges-x9000"),
+    pytest.param(create_case(create_x(cpus=",".join(["0-8191"] * 9000)), "longer than the 18 that any list of this "
+                             "node's online CPUs takes"), id="cpus-wide-ranges-x9000"),
+    pytest.param(create_case(create_x(cpus="0-8191,0-8191"), "cpuset names CPUs 8-8191 not in 0-7"),
+                 id="cpus-wide-ranges-short"),
     pytest.param(create_case(create_x(cpus="4-8191"), "cpuset names CPUs 8-8191 not in 0-7"), id="cpus-offline"),
-    pytest.param(create_case(create_x(cpus=",".join(str(c) for c in range(1, 8191, 2))), "not in 0-7"),
+    pytest.param(create_case(create_x(cpus=",".join(str(c) for c in range(1, 8191, 2))), "longer than the 18"),
                  id="cpus-4095-single-offline"),
+    pytest.param(create_case(create_x(cpus="5," * 10 + "5"), "longer than the 18"), id="cpus-repeated"),
     pytest.param(create_case(create_x(cpus="3"), "already exclusive to other containers (3 by " + APP),
                  id="cpus-held-by-another-container"),
     pytest.param(create_case(create_x(cpus="5-4"), "is reversed"), id="cpus-reversed"),
@@ -743,7 +753,10 @@ def stop_reading(s: Served) -> int:
         _, writable, _ = select.select([], [s.peer.sock], [], 1.0)
         if not writable:
             break  # the plugin stopped reading too: its answers fill the socket
-        s.peer.sock.sendall(data)
+        try:
+            s.peer.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            break  # the plugin dropped the connection already
         s.peer.next_sid += 2
         sent += 1
     return sent

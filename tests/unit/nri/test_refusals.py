@@ -238,7 +238,20 @@ def test_synchronize_keeps_only_what_it_reads(reporter: Any, fake_node: Callable
     kept = h._sync
     assert dict(kept.pods["p"].annotations) == {"mixed-cpus.openshift.io/app": "enable"}
     assert dict(kept.containers[0].annotations) == {"x.example/app": "1"}
-    assert len(kept.containers[0].linux.resources.cpu.cpus) == 65537 and kept.kept < 70000
+    assert len(kept.containers[0].cpus) == 65537 and kept.kept < 70000
+
+
+def test_synchronize_parts_past_the_bounds_are_cut_before_they_are_decoded(reporter: Any,
+                                                                            fake_node: Callable[..., Any]) -> None:
+    h = make(fake_node(), reporter)
+    part = api.SynchronizeRequest(pods=[api.PodSandbox(id=f"p{i}") for i in range(3000)],
+                                  containers=[api.Container(id=f"c{i}") for i in range(5000)], more=True)
+    first = h.decode_synchronize(part.SerializeToString())
+    assert (len(first.pods), len(first.containers), first.more) == (2048, 5000, True)
+    h.synchronize(first)
+    second = h.decode_synchronize(part.SerializeToString())
+    assert (len(second.pods), len(second.containers)) == (0, 3192)
+    assert (h._sync.dropped_pods, h._sync.dropped_containers) == (952 + 3000, 1808)
 
 
 def test_synchronize_updates_past_one_message_are_left_to_reconcile(node: Any, reporter: Any,

@@ -254,6 +254,21 @@ def test_demux_many_tiny_frames_in_one_read() -> None:
     assert demux.feed(b"ok") == [(1, b"ok")] and demux.pending == 0
 
 
+def test_cut_repeated_keeps_the_first_and_counts_the_rest() -> None:
+    """Top-level fields read from hand-built bytes: pods (1) and containers (2) interleaved, more (3)."""
+    data = lfield(1, s(1, "p0")) + lfield(2, s(1, "c0")) + lfield(1, s(1, "p1")) + vfield(3, 1) + lfield(2, s(1, "c1"))
+    out, dropped = api.cut_repeated(data, {1: 1, 2: 1})
+    assert out == lfield(1, s(1, "p0")) + lfield(2, s(1, "c0")) + vfield(3, 1) and dropped == {1: 1, 2: 1}
+    assert api.cut_repeated(data, {1: 9})[0] is data
+
+
+@pytest.mark.parametrize("data", [b"\x0a\x05ab", b"\x0a", b"\x08", b"\x0b\x0c", b"\x80" * 11],
+                         ids=["length-past-end", "no-length", "no-varint", "group", "varint-overlong"])
+def test_cut_repeated_refuses_what_is_not_a_message(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        api.cut_repeated(data, {1: 0})
+
+
 # -- NRI messages -------------------------------------------------------------------------------
 
 def test_event_mask_matches_api_eventmask() -> None:
