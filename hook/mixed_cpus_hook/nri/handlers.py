@@ -333,7 +333,8 @@ class Handlers:
         self.node: Optional["engine.NodeView"] = None
         # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
         self.stopping: Callable[[], bool] = lambda: False
-        self._sync = self._new_sync()
+        # The Synchronize being collected (its parts so far), bounded.
+        self.pending_sync = self._new_sync()
 
     def _new_sync(self) -> SyncParts:
         return SyncParts(self.config.annotation_prefix, lambda: self.stopping())
@@ -352,7 +353,7 @@ class Handlers:
 
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""
-        self._sync = self._new_sync()
+        self.pending_sync = self._new_sync()
         self.refresh_node()
 
     # Configure -------------------------------------------------------------------------
@@ -442,16 +443,16 @@ class Handlers:
     # Synchronize -----------------------------------------------------------------------
     def decode_synchronize(self, payload: bytes) -> "api.SynchronizeRequest":
         """A Synchronize part, decoded without the pods and containers past the bounds (counted)."""
-        data, dropped = api.cut_repeated(payload, self._sync.room())
-        self._sync.count_cut(dropped)
+        data, dropped = api.cut_repeated(payload, self.pending_sync.room())
+        self.pending_sync.count_cut(dropped)
         return api.READ["SynchronizeRequest"].FromString(data)
 
     def synchronize(self, req: "api.SynchronizeRequest") -> "api.SynchronizeResponse":
         """Collect a split Synchronize (``more``); at the last part, answer with the updates."""
-        self._sync.add(req)
+        self.pending_sync.add(req)
         if req.more:
             return api.SynchronizeResponse(more=True)
-        parts, self._sync = self._sync, self._new_sync()
+        parts, self.pending_sync = self.pending_sync, self._new_sync()
         return api.SynchronizeResponse(update=self.compute_sync(parts))
 
     def compute_sync(self, parts: SyncParts) -> List["api.ContainerUpdate"]:

@@ -261,7 +261,11 @@ class Plugin:
     # -- one connection ------------------------------------------------------------------------
     def _maybe_reconcile(self) -> None:
         if self._next_reconcile is not None and self.clock() >= self._next_reconcile:
-            self.handlers.reconcile()
+            try:
+                self.handlers.reconcile()
+            except Exception as exc:  # noqa: BLE001 - a bug in one reconcile must not end the plugin
+                self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + " | ".join(
+                    traceback.format_exc().strip().splitlines()[-3:-1]))
             self._next_reconcile = self.clock() + self.reconcile_interval
 
     def _timeout(self, deadline: Optional[float], out: Optional[Outbox] = None) -> Optional[float]:
@@ -290,9 +294,15 @@ class Plugin:
             self._maybe_reconcile()
 
     def serve(self, sock: socket.socket) -> str:
-        """Register on ``sock`` and serve it until it closes; returns why it ended."""
+        """Register on ``sock`` and serve it until it closes; returns why it ended.
+
+        Whatever goes wrong ends this connection only (a bug outside any one request, say): the
+        plugin reconnects as after a runtime restart.
+        """
         try:
             return self._serve(sock)
+        except Exception as exc:  # noqa: BLE001 - nothing the runtime sends may end the process
+            return f"internal error: {quote(exc)}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
         finally:
             self._repeats.flush()
 

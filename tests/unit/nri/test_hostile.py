@@ -422,6 +422,11 @@ def pod_near_max_refused(s: Served) -> None:
         restore_pod_quota(s)
 
 
+def update_keeps_the_mixed_set(s: Served, req: Any) -> None:
+    cpu = api.UpdateContainerResponse.FromString(s.call("UpdateContainer", req).payload).update[0].linux.resources.cpu
+    assert (cpu.cpus, cpu.quota.value, cpu.period.value) == ("0-3", 400000, 100000)
+
+
 QUOTAS = [
     pytest.param(create_case(create_x(quota=-2), "quota -2 is outside the kernel's 1000..17592186044415 us"),
                  id="quota-minus-2"),
@@ -446,6 +451,8 @@ QUOTAS = [
     pytest.param(update_case(update(APP, quota=MAX_QUOTA)), id="update-quota-raised-above-kernel-max"),
     pytest.param(update_case(update(APP, quota=-5)), id="update-quota-negative"),
     pytest.param(update_case(update(APP, period=(1 << 64) - 1)), id="update-period-uint64-max"),
+    pytest.param(Case(lambda s: update_keeps_the_mixed_set(s, update(APP, "2-3", quota=0, period=0))),
+                 id="update-quota-and-period-zero-are-not-in-the-update"),
 ]
 
 

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
@@ -447,3 +448,26 @@ def test_outbox_never_blocks_and_sees_a_runtime_that_stopped_reading() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+class ReconcileBug(Handlers):
+    """Handlers whose periodic reconcile has a bug: logged, the plugin serves on."""
+
+    def reconcile(self) -> None:
+        raise KeyError("reconcile")
+
+
+def test_a_bug_outside_any_request_ends_no_process(fake_node: Callable[..., Any], reporter: Any) -> None:
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    running = Running(ReconcileBug(load_config(node.config_path), reporter.reporter), reporter.reporter,
+                      reconcile_interval=0.01)
+    try:
+        running.peer.handshake()
+        deadline = time.monotonic() + 10
+        while "nri: reconcile: internal error: KeyError('reconcile')" not in logged(reporter):
+            assert time.monotonic() < deadline, logged(reporter)
+            time.sleep(0.01)
+        running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    finally:
+        running.finish()

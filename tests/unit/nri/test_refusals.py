@@ -235,7 +235,7 @@ def test_synchronize_keeps_only_what_it_reads(reporter: Any, fake_node: Callable
     ctr.annotations.update({"x.example/app": "1", "big": "b" * 100000})
     ctr.linux.resources.cpu.cpus = "0" * 1000000
     h.synchronize(api.SynchronizeRequest(pods=[pod], containers=[ctr], more=True))
-    kept = h._sync
+    kept = h.pending_sync
     assert dict(kept.pods["p"].annotations) == {"mixed-cpus.openshift.io/app": "enable"}
     assert dict(kept.containers[0].annotations) == {"x.example/app": "1"}
     assert len(kept.containers[0].cpus) == 65537 and kept.kept < 70000
@@ -251,7 +251,7 @@ def test_synchronize_parts_past_the_bounds_are_cut_before_they_are_decoded(repor
     h.synchronize(first)
     second = h.decode_synchronize(part.SerializeToString())
     assert (len(second.pods), len(second.containers)) == (0, 3192)
-    assert (h._sync.dropped_pods, h._sync.dropped_containers) == (952 + 3000, 1808)
+    assert (h.pending_sync.dropped_pods, h.pending_sync.dropped_containers) == (952 + 3000, 1808)
 
 
 def test_synchronize_updates_past_one_message_are_left_to_reconcile(node: Any, reporter: Any,
