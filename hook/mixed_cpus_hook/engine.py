@@ -752,8 +752,8 @@ def check_raised(q: Optional[QuotaState], what: str, where: str) -> None:
 
 
 def read_held_cpus(config: Config, cid: str) -> Dict[str, FrozenSet[int]]:
-    """The exclusive CPUs of every other live recorded container, by id (records being released
-    and records whose cgroup is gone are not holding anything; the latter are forgotten here).
+    """The exclusive CPUs of every other live recorded container, by id: records being released,
+    records whose cgroup is gone (reconcile forgets them) and broken records hold nothing.
     The caller holds the state lock."""
     held: Dict[str, FrozenSet[int]] = {}
     for other in list_records(config.state_dir, "containers"):

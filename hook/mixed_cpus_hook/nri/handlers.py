@@ -371,7 +371,7 @@ class Handlers:
             annotations = count_annotations(req.pod.annotations, "the pod", where)
             annotations.update(count_annotations(req.container.annotations, "the container", where))
         except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
-            self.reporter.warning(f"{exc.message}: annotations not read, created unadjusted")
+            self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
             return api.CreateContainerResponse()
         annotations[CONTAINER_NAME] = req.container.name
         if not may_ask(annotations):
