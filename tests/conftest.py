@@ -273,6 +273,24 @@ def fast_tmp(_fast_tmp_root: Optional[str], tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def node_class() -> type:
+    """The Node class, for fixtures of a wider scope than ``fake_node`` (a module-wide plugin process)."""
+    return Node
+
+
+@pytest.fixture(scope="session")
+def session_cache_dir(_session_cache_dir: str) -> str:
+    """The session's config cache directory (``config_cache_dir`` is per test)."""
+    return _session_cache_dir
+
+
+@pytest.fixture(scope="session")
+def fast_tmp_root(_fast_tmp_root: Optional[str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The session's tmpfs directory (else a session temporary directory), for wider-scoped fixtures."""
+    return _fast_tmp_root or str(tmp_path_factory.mktemp("fast"))
+
+
 @pytest.fixture
 def fake_node(fast_tmp: Path) -> Callable[..., Node]:
     """Factory: ``fake_node(version=1, online="0-3", shared="0-1", config=None)`` -> Node."""

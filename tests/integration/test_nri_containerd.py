@@ -245,6 +245,7 @@ def test_containerd_restart_plugin_reconnects(nri):
     assert_mixed(nri, pod, cid)  # nothing lost, nothing raised twice
     w = rewrite_and_watch(nri, pod, cid, [{"cpus": EXCLUSIVE}])
     assert w["cpus"].values() == {MIXED}, w["cpus"].seen
+    release(nri, cid)  # kubelet gives CPU 1 to the next container once this one is gone
     pod2 = nri.kube.pod(name="du2")
     cid2 = nri.kube.container(pod2)
     assert_mixed(nri, pod2, cid2)
@@ -264,9 +265,31 @@ def test_plugin_killed_and_restarted_resyncs(nri):
     plugin.start()  # Synchronize + the records: back to the mixed set, the pod raised only once
     assert wait_for(lambda: nri.kube.values(pod, cid), MIXED_VALUES) == MIXED_VALUES
     assert_mixed(nri, pod, cid)
+    release(nri, cid)
     pod2 = nri.kube.pod(name="du2")
     cid2 = nri.kube.container(pod2)
     assert_mixed(nri, pod2, cid2)
+
+
+def release(nri: NriWorld, cid: str) -> None:
+    """Stop and remove a container, as kubelet does before it hands its CPUs to another."""
+    nri.kube.cri.stop(cid, timeout=0)
+    nri.kube.cri.remove(cid)
+    assert wait_for(lambda: cid in nri.records(), False, 5.0) is False
+
+
+def test_a_cpu_another_running_container_holds_is_refused(nri):
+    """Without kubelet's checkpoint, a cpuset naming a CPU another tracked container holds is not
+    kubelet's assignment (kubelet never gives one CPU to two containers): refused, nothing written."""
+    nri.plugin()
+    pod = nri.kube.pod()
+    cid = nri.kube.container(pod)
+    pod2 = nri.kube.pod(name="du2")
+    with pytest.raises(CriError) as err:
+        nri.kube.container(pod2)
+    assert f"holds CPUs already exclusive to other containers (1 by {cid})" in str(err.value)
+    assert pod2.quota() == 200000 and nri.records() == [cid]
+    assert_mixed(nri, pod, cid)
 
 
 # ---------------------------------------------------------------------------------------------

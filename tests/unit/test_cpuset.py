@@ -20,6 +20,11 @@ PARSE = [
     pytest.param("0-2,1-3", {0, 1, 2, 3}, id="overlapping-ranges"),
     pytest.param("007", {7}, id="leading-zeros"),
     pytest.param(f"{MAX_CPU}", {MAX_CPU}, id="max-cpu"),
+    pytest.param("5,0-3,2-8,4", set(range(9)), id="nested-and-contained-ranges"),
+    # What a hostile runtime sends: the cost follows the output (8192 CPUs at most), not the ranges.
+    pytest.param(",".join([f"0-{MAX_CPU}"] * 9000), set(range(MAX_CPU + 1)), id="widest-range-9000-times"),
+    pytest.param(",".join(str(c) for c in range(MAX_CPU, -1, -1)), set(range(MAX_CPU + 1)),
+                 id="every-cpu-one-by-one-backwards"),
 ]
 
 
@@ -43,6 +48,9 @@ MALFORMED = [
     pytest.param("0-999999999", "bad item '0-999999999'", id="huge-number"),
     pytest.param(f"0-{MAX_CPU + 1}", f"names CPU {MAX_CPU + 1}, above the limit {MAX_CPU}", id="above-max-cpu"),
     pytest.param("0;1", "bad item '0;1'", id="semicolon"),
+    pytest.param("0," * 40000, "cpulist of 80000 characters is longer than the 65536 allowed", id="over-64KiB"),
+    pytest.param("a" * 60000, "'aaaa", id="long-garbage-quoted-and-cut"),
+    pytest.param("2,\x1b[2J", "bad item '\\x1b[2J'", id="escape-quoted"),
 ]
 
 
@@ -54,6 +62,7 @@ def test_parse_cpulist_malformed(text: str, message: str) -> None:
     assert info.value.where == "somewhere"
     assert str(info.value).startswith("somewhere: ")
     assert "\n" not in str(info.value)
+    assert len(str(info.value)) < 600 and str(info.value).isprintable()
 
 
 FORMAT = [

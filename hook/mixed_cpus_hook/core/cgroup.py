@@ -12,7 +12,7 @@ from .errors import CgroupError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import NamedTuple, Optional
+    from typing import NamedTuple, Optional, Tuple
 else:
     from .compat import NamedTuple
 
@@ -76,6 +76,52 @@ def compute_systemd_path(cgroups_path: str) -> Optional[str]:
         parts = ["-".join(words[: i + 1]) + ".slice" for i in range(len(words))]
     unit = name if name.endswith(".slice") else f"{prefix}-{name}.scope"
     return "/" + "/".join(parts + [unit])
+
+
+def compute_slice_path(slice_name: str) -> Optional[str]:
+    """The cgroup path of a systemd slice ("kubepods-burstable.slice" -> "/kubepods.slice/kubepods-
+    burstable.slice"); None when it is not a slice name systemd would make."""
+    full = compute_systemd_path(f"{slice_name}:p:x")
+    return None if full is None or not slice_name.endswith(".slice") else os.path.dirname(full)
+
+
+def compute_nri_cgroup(cgroups_path: str, cid: str, pod_uid: str, cgroup_parent: str, where: str) -> Tuple[str, str]:
+    """(container, pod) cgroup paths, relative to a hierarchy's root, that NRI names for a container.
+
+    ``cgroups_path`` (cgroupfs ``/kubepods/<qos>/pod<uid>/<name>`` or systemd ``<pod slice>:<prefix>:
+    <name>``) must name a container cgroup whose parent is the cgroup of pod ``pod_uid`` (cgroupfs
+    ``pod<uid>``, systemd ``...-pod<uid with _>.slice``) and whose own name is the container id
+    (containerd's cgroupfs ``<id>``, CRI-O's ``crio-<id>``, systemd ``<prefix>-<id>.scope``); ``cgroup_parent`` (the pod's), when given, must name that same pod
+    cgroup. Anything else (a QoS or the kubepods cgroup, the pod cgroup itself, another pod's or
+    another container's cgroup, ``..``) is refused with a CgroupError: nothing is written there.
+    """
+    from .bounds import MAX_CGROUPS_PATH, MAX_PATH_COMPONENT, check_length, check_uid, quote
+
+    check_length(cgroups_path, MAX_CGROUPS_PATH, "linux.cgroups_path", where, CgroupError)
+    check_length(cgroup_parent, MAX_CGROUPS_PATH, "the pod's linux.cgroup_parent", where, CgroupError)
+    check_uid(pod_uid, where)
+    rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
+    if rel is None:
+        raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} is neither a path nor slice:prefix:name", where)
+    parts = [p for p in rel.split("/") if p]
+    if any(p in (".", "..") or len(p) > MAX_PATH_COMPONENT for p in parts):
+        raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} climbs out of its hierarchy or has a component "
+                          f"longer than {MAX_PATH_COMPONENT}", where)
+    if len(parts) < 2 or not compute_pod_matches(parts[-2], pod_uid):
+        raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} is not a container cgroup inside the cgroup of "
+                          f"pod {pod_uid}: refusing to touch it", where)
+    leaf = parts[-1][:-len(".scope")] if parts[-1].endswith(".scope") else parts[-1]
+    if not cid or not (leaf == cid or leaf.endswith("-" + cid)):
+        raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} names a cgroup that is not named after the "
+                          f"container id {quote(cid)} (<id>, <prefix>-<id> or <prefix>-<id>.scope): refusing to "
+                          "touch it", where)
+    pod = "/" + "/".join(parts[:-1])
+    if cgroup_parent:
+        named = normalize_cgroup_path(cgroup_parent) if "/" in cgroup_parent else compute_slice_path(cgroup_parent)
+        if named != pod:
+            raise CgroupError(f"the pod's linux.cgroup_parent {quote(cgroup_parent)} is not {pod}, the pod cgroup "
+                              f"linux.cgroups_path {quote(cgroups_path)} is in: refusing", where)
+    return "/" + "/".join(parts), pod
 
 
 def normalize_cgroup_path(rel: str) -> str:

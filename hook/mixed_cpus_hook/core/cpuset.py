@@ -2,39 +2,55 @@
 
 from __future__ import annotations
 
+
+from .bounds import MAX_CPU, MAX_CPULIST_TEXT
 from .errors import CpuListError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import AbstractSet, FrozenSet, Iterable
-
-# No node has more; it bounds what a pod author can make us allocate with "0-999999999".
-MAX_CPU = 8191
-
+    from typing import AbstractSet, FrozenSet, Iterable, List, Tuple
 
 def parse_cpulist(text: str, where: str = "cpulist") -> FrozenSet[int]:
     """Parse a kernel cpulist; an empty or blank string is the empty set.
 
     Accepts what the kernel prints and accepts: ranges, single CPUs, surrounding
     whitespace and a trailing newline. Anything else is a CpuListError naming ``where``.
+
+    The cost is bounded whatever the text: longer than bounds.MAX_CPULIST_TEXT is refused
+    before it is split, and the ranges are merged before any is expanded, so "0-8191" written
+    ten thousand times costs the same as once (at most MAX_CPU + 1 CPUs come out).
     """
+    if len(text) > MAX_CPULIST_TEXT:
+        raise CpuListError(f"cpulist of {len(text)} characters is longer than the {MAX_CPULIST_TEXT} allowed", where)
     s = text.strip()
     if not s:
         return frozenset()
-    cpus: set = set()
+    ranges: List[Tuple[int, int]] = []
     for part in s.split(","):
         item = part.strip()
         lo_s, sep, hi_s = item.partition("-")
         if not _is_number(lo_s) or (sep and not _is_number(hi_s)):
-            raise CpuListError(f"{text.strip()!r} is not a cpulist (bad item {item!r})", where)
+            raise CpuListError(f"{_quote(s)} is not a cpulist (bad item {_quote(item)})", where)
         lo = int(lo_s)
         hi = int(hi_s) if sep else lo
         if hi < lo:
-            raise CpuListError(f"{text.strip()!r} is not a cpulist (range {item!r} is reversed)", where)
+            raise CpuListError(f"{_quote(s)} is not a cpulist (range {_quote(item)} is reversed)", where)
         if hi > MAX_CPU:
-            raise CpuListError(f"{text.strip()!r} names CPU {hi}, above the limit {MAX_CPU}", where)
-        cpus.update(range(lo, hi + 1))
+            raise CpuListError(f"{_quote(s)} names CPU {hi}, above the limit {MAX_CPU}", where)
+        ranges.append((lo, hi))
+    cpus: List[int] = []
+    top = -1  # the highest CPU taken so far: ranges sorted by start only extend past it
+    for lo, hi in sorted(ranges):
+        if hi > top:
+            cpus.extend(range(max(lo, top + 1), hi + 1))
+            top = hi
     return frozenset(cpus)
+
+
+def _quote(text: str) -> str:
+    from .bounds import quote
+
+    return quote(text)
 
 
 def _is_number(s: str) -> bool:
@@ -75,6 +91,7 @@ def require_subset(cpus: AbstractSet[int], allowed: AbstractSet[int], what: str,
     """Raise CpuListError when ``cpus`` names a CPU outside ``allowed`` (e.g. the online set)."""
     extra = set(cpus) - set(allowed)
     if extra:
-        raise CpuListError(
-            f"{what} {format_cpulist(extra)} not in {format_cpulist(allowed) or 'the empty set'}", where
-        )
+        from .bounds import quote
+
+        raise CpuListError(f"{what} {quote(format_cpulist(extra), bare=True)} not in "
+                           f"{quote(format_cpulist(allowed), bare=True) or 'the empty set'}", where)

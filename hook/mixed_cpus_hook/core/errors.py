@@ -81,6 +81,12 @@ class WriteError(HookError):
     kind = "write refused"
 
 
+class RuntimeInputError(HookError):
+    """A value the container runtime sent (NRI) is malformed or outside the bounds of bounds.py."""
+
+    kind = "invalid runtime input"
+
+
 class RecordError(HookError):
     """A record in the state directory is unreadable or invalid."""
 

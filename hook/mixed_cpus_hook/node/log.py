@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sys
 
+from ..core.bounds import MAX_LOG_LINE, quote  # noqa: F401 - quote: what log users call
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Callable, Optional, TextIO
+    from typing import Callable, Dict, Optional, TextIO
 
     SyslogSink = Callable[[int, str], None]
 
@@ -23,20 +25,33 @@ LEVELS = {"error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
 def format_line(message: str) -> str:
-    """One line that any sink can take: newlines joined, NUL and lone surrogates escaped.
+    """One line that any sink can take: newlines joined, control characters escaped, cut.
 
-    Names in messages come from pods (a JSON ``"\\udc80"`` in an annotation is a lone surrogate,
-    which syslog's UTF-8 encoding refuses; a NUL ends a C string): written as ``\\udc80``
-    and ``\\x00``, as repr would.
+    Names in messages come from pods and runtimes (a JSON ``"\\udc80"`` in an annotation is a
+    lone surrogate, which syslog's UTF-8 encoding refuses; a NUL ends a C string; an ESC drives
+    the terminal of whoever reads the log): each is written as repr would (``\\x1b``), and a
+    line longer than bounds.MAX_LOG_LINE is cut.
     """
     line = " ".join(message.split("\n"))
-    if "\0" in line:
-        line = line.replace("\0", "\\x00")
+    if len(line) > MAX_LOG_LINE:
+        line = f"{line[:MAX_LOG_LINE]}... (cut: {len(line)} characters)"
+    if not line.isprintable():
+        line = line.translate(_control_table())
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
         line = line.encode("utf-8", "backslashreplace").decode("utf-8")
     return line
+
+
+_CONTROLS: Dict[int, str] = {}
+
+
+def _control_table() -> Dict[int, str]:
+    """C0 and C1 control characters and DEL, each to its ``\\xNN`` escape (built on first use)."""
+    if not _CONTROLS:
+        _CONTROLS.update({c: f"\\x{c:02x}" for c in list(range(0x20)) + list(range(0x7f, 0xa0))})
+    return _CONTROLS
 
 
 def _default_sink(priority: int, message: str) -> None:

@@ -292,7 +292,7 @@ MODE_EXECUTABLE = 0o755
 # The modules apply, release, the watches entry and the metrics import (standard library only;
 # tests/unit/test_machineconfig_noimage.py runs them laid out with nothing else importable).
 NOIMAGE_MODULES: Tuple[str, ...] = (
-    "__init__", "core/__init__", "core/cgroup", "core/compat", "core/cpuset", "core/desired", "core/errors",
+    "__init__", "core/__init__", "core/bounds", "core/cgroup", "core/compat", "core/cpuset", "core/desired", "core/errors",
     "core/model", "core/plan", "core/quota", "core/request", "core/validate", "frontends/__init__",
     "frontends/entry", "frontends/hook/__init__", "frontends/hook/fastpath", "frontends/systemd/__init__",
     "frontends/systemd/watches", "node/__init__", "node/cgroupfs", "node/config", "node/facts", "node/files",

@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 
+from ..core.bounds import MAX_PERIOD, MAX_QUOTA
 from ..core.cgroup import Dirs
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
@@ -106,6 +107,9 @@ def _is_timestamp(value: Any) -> bool:
 
 
 def parse_quota(q: Any, path: str, field: str) -> QuotaState:
+    """Quota bookkeeping, within what the kernel accepts: a value above bounds.MAX_QUOTA was never
+    in a quota file, so a record holding one (written by a version without the bound) cannot tell
+    its own writes from kubelet's and is not used."""
     if not isinstance(q, dict):
         raise _bad(path, f"{field} is not an object")
     _unknown(q, QUOTA_FIELDS, path, f"{field}: ")
@@ -115,12 +119,16 @@ def parse_quota(q: Any, path: str, field: str) -> QuotaState:
         v = q[key]
         if v is not None and (type(v) is not int or v < 0):
             raise _bad(path, f"{field}.{key} is not a non-negative integer or null")
+        if v is not None and v > MAX_QUOTA:
+            raise _bad(path, f"{field}.{key} {v} is above the kernel's maximum quota {MAX_QUOTA}")
     period = q.get("period")
     if type(period) is not int or period < 1:
         raise _bad(path, f"{field}.period is not a positive integer")
+    if period > MAX_PERIOD:
+        raise _bad(path, f"{field}.period {period} is above the kernel's maximum period {MAX_PERIOD}")
     ours = q.get("ours", [])
-    if not isinstance(ours, list) or not all(type(v) is int and v >= 0 for v in ours):
-        raise _bad(path, f"{field}.ours is not a list of non-negative integers")
+    if not isinstance(ours, list) or not all(type(v) is int and 0 <= v <= MAX_QUOTA for v in ours):
+        raise _bad(path, f"{field}.ours is not a list of non-negative integers up to {MAX_QUOTA}")
     return QuotaState(q["base"], q["applied"], period, tuple(ours))
 
 

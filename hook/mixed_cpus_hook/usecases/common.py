@@ -22,7 +22,8 @@ import time
 
 from ..core.cgroup import Dirs, Layout, Quota, compute_pod_matches, cpuset_file, format_quota, quota_file
 from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
-from ..core.errors import CgroupError, HookError, KubeletStateError, RecordError, WriteError
+from ..core.bounds import MAX_QUOTA
+from ..core.errors import CgroupError, HookError, KubeletStateError, PolicyError, RecordError, WriteError
 from ..core.model import ContainerRecord, Identity, Member, PodRecord
 from ..core.plan import Observed, Write
 from ..core.quota import compute_settled
@@ -40,7 +41,7 @@ from ..store.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, List, Optional, Sequence, Tuple
+    from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
     from ..core.desired import Desired
     from ..core.quota import QuotaState
@@ -88,6 +89,18 @@ def read_assigned(node: NodeFacts, identity: Identity, cid: str) -> Optional[Fro
                 f"assigns {format_cpulist(cpus)} to this container, but CPUs {format_cpulist(cpus & others)} also "
                 f"to {', '.join(owners)}: kubelet never does, not used", ckpt.where)
     return cpus
+
+
+# -- bounds the kernel sets --------------------------------------------------------------------
+
+
+def check_raised(q: Optional[QuotaState], what: str, where: str) -> None:
+    """Refuse a raised quota the kernel would refuse (bounds.MAX_QUOTA): checked before any
+    record is saved or file written, so nothing is half done and no record holds a value that
+    was never in a quota file."""
+    if q is not None and q.applied is not None and q.applied > MAX_QUOTA:
+        raise PolicyError(f"{what} raised to {q.applied} (base {q.base} + the shared CPUs' share) would be above the "
+                          f"kernel's maximum quota {MAX_QUOTA}: refused", where)
 
 
 # -- cgroups ------------------------------------------------------------------------------------
@@ -278,3 +291,54 @@ def restore_records(state_dir: str, cid: str, prev: Optional[ContainerRecord], p
 def load_tracked(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     """A container's record (None when untracked), the RecordError naming the file otherwise."""
     return load_container(state_dir, cid)
+
+
+def read_held_cpus(state_dir: str, cid: str) -> Dict[str, FrozenSet[int]]:
+    """The exclusive CPUs of every other live recorded container, by id: records being released,
+    records whose cgroup is gone (reconcile forgets them) and broken records hold nothing.
+    The caller holds the state lock."""
+    from ..store.records import list_records
+
+    held: Dict[str, FrozenSet[int]] = {}
+    for other in list_records(state_dir, "containers"):
+        if other == cid:
+            continue
+        try:
+            rec = load_container(state_dir, other)
+        except HookError:
+            continue  # a broken record is reported by reconcile and status; it holds nothing we can trust
+        if rec is None or rec.phase == "releasing" or is_gone(rec):
+            continue
+        held[other] = rec.exclusive
+    return held
+
+
+CREATE_GRACE = 120.0
+
+
+def is_being_created(rec: ContainerRecord) -> bool:
+    """An NRI record whose cgroup the runtime has not made yet (within the grace period: a creation
+    that failed leaves such a record behind, forgotten once it is this old)."""
+    return rec.phase == "creating" and age_of(rec.created) < CREATE_GRACE
+
+
+def is_gone(rec: ContainerRecord) -> bool:
+    """Whether a record's container is gone: no cgroup, and past the creation grace."""
+    if os.path.isdir(rec.cgroup.cpuset) or os.path.isdir(rec.cgroup.cpu):
+        return False
+    return not is_being_created(rec)
+
+
+def require_free(state_dir: str, cid: str, cpus: FrozenSet[int], where: str) -> None:
+    """Without kubelet's checkpoint: exclusive CPUs taken from the runtime's cpuset must be held by
+    no other live recorded container (kubelet never gives one CPU to two containers; a cpuset that
+    says otherwise is not kubelet's)."""
+    from ..core.bounds import quote
+
+    held = read_held_cpus(state_dir, cid)
+    taken = {other: c & cpus for other, c in held.items() if c & cpus}
+    if taken:
+        owners = ", ".join(f"{quote(format_cpulist(c), bare=True)} by {other}" for other, c in sorted(taken.items())[:3])
+        more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
+        raise PolicyError(f"cpuset {quote(format_cpulist(cpus), bare=True)} holds CPUs already exclusive to other "
+                          f"containers ({owners}{more}): not kubelet's assignment, refused", where)

@@ -18,6 +18,7 @@ from ..node.facts import NodeFacts
 from ..node.log import Reporter
 from .common import (
     build_record,
+    check_raised,
     execute,
     live_members,
     now_stamp,
@@ -107,6 +108,8 @@ def converge(state_dir: str, node: NodeFacts, t: Target, reporter: Reporter, rea
         if pod is not None and observed.pod_quota is not None:
             pod_quota = compute_pod_quota(observed.pod_quota, prev_pod.quota if prev_pod else None, (shares,),
                                           prev.quota if prev is not None else None, desired.quota)
+        check_raised(desired.quota, "the container's quota", f"container {t.cid}")
+        check_raised(pod_quota, "its pod's quota", f"container {t.cid}")
         writes = compute_plan(layout, t.dirs, pod, observed, desired, pod_quota, len(members), shares)
         if dry_run:
             return Outcome("planned" if writes else "in-sync", tuple(describe(writes)))

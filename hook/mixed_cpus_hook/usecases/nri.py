@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from ..core.cgroup import Dirs, Layout, Quota, compute_systemd_path
+from ..core.cgroup import Dirs, Layout, Quota, compute_nri_cgroup
+from ..core.cpuset import require_subset
 from ..core.cpuset import format_cpulist
 from ..core.desired import Desired, Kubelet, compute_desired, compute_pod_quota
 from ..core.errors import CgroupError, HookError
@@ -31,8 +32,10 @@ from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
 from .apply import read_request
 from .common import (
+    check_raised,
+    is_gone,
+    require_free,
     build_record,
-    check_pod_uid,
     execute,
     exists,
     inside,
@@ -43,12 +46,12 @@ from .common import (
     save_changed,
     with_member,
 )
-from .reconcile import is_being_created, reconcile
+from .reconcile import reconcile
 from .release import release_locked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+    from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 else:
     from ..core.compat import NamedTuple
 
@@ -65,16 +68,21 @@ class ContainerFacts(NamedTuple):
     cgroups_path: str
     pod_cgroup: str
     stopped: bool = False
+    period: int = 0  # the period given without a quota (0: none)
 
 
-def compute_nri_dirs(layout: Layout, cgroups_path: str, cid: str) -> Dirs:
-    """The container's cgroup dirs from NRI's linux.cgroups_path (the cgroup may not exist yet)."""
-    rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
-    if not rel or rel.strip("/") == "":
-        raise CgroupError(f"linux.cgroups_path {cgroups_path[:200]!r} is neither a path nor slice:prefix:name",
-                          f"container {cid}")
-    return Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root),
+def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tuple[Dirs, Dirs]:
+    """The container's cgroup dirs (which may not exist yet) and its pod's, from NRI's
+    linux.cgroups_path and the pod's cgroup parent; refused unless they name a container cgroup
+    inside the cgroup of the pod ``pod_uid`` (core.cgroup.compute_nri_cgroup)."""
+    where = f"container {facts.id}"
+    rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
+    dirs = Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root),
                 cg.join_inside_root(layout.cpu_root, rel, "container cgroup", layout.root))
+    pod = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
+    if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):  # a symbolic link on the way
+        raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
+    return dirs, pod
 
 
 def describe_adjustment(adj: Adjustment) -> str:
@@ -99,6 +107,7 @@ class NriEngine:
         self.cache = cache or FactsCache()
         # The node facts' generation the other tracked containers were last decided on.
         self.decided_generation = 0
+        self._last: Optional[NodeFacts] = None
 
     @property
     def state_dir(self) -> str:
@@ -106,7 +115,18 @@ class NriEngine:
 
     def facts(self) -> NodeFacts:
         """The node's facts now (kubelet's checkpoint as it is at this event)."""
-        return read_node_facts(self.config, self.cache)
+        self._last = read_node_facts(self.config, self.cache)
+        return self._last
+
+    def last_online(self) -> FrozenSet[int]:
+        """The online CPUs of the facts read last (read now when none were): bounds the runtime's
+        cpulists before they are parsed (handlers.compute_cpus_limit)."""
+        if self._last is None:
+            try:
+                self.facts()
+            except HookError:
+                return frozenset()
+        return self._last.online if self._last is not None else frozenset()
 
     # -- one container -----------------------------------------------------------------------
 
@@ -115,11 +135,17 @@ class NriEngine:
         """Decide for one container; for a mixed one save its records and raise its pod's quota first.
 
         The caller holds the state lock. The runtime writes the container's own cgroup from the
-        answer; the pod's cgroup is written here (raised now; lowered by the reconcile).
+        answer; the pod's cgroup is written here (raised now; lowered by the reconcile). Without
+        kubelet's checkpoint, a new exclusive set must be held by no other recorded container; the
+        raised quotas must be ones the kernel takes: both checked before anything is saved.
         """
         desired = compute_desired(now, node.shared, prev)
         if not desired.mixed:
             return desired, None
+        where = f"container {cid}"
+        if now.assigned is None and (prev is None or desired.exclusive != prev.exclusive):
+            require_free(self.state_dir, cid, desired.exclusive, where)
+        check_raised(desired.quota, "the container's quota", where)
         layout = node.layout
         key = pod_key_of(pod)
         prev_pod = load_pod(self.state_dir, key) if key else None
@@ -130,6 +156,7 @@ class NriEngine:
             observed = cg.read_quota(layout, pod.cpu)
             pod_quota = compute_pod_quota(observed, prev_pod.quota if prev_pod else None, (shares,), prev.quota if prev is not None else None,
                                           desired.quota)
+            check_raised(pod_quota, "its pod's quota", where)
             pod_write = compute_pod_write(layout, pod, observed, pod_quota, len(members), shares)
             if pod_write is not None and not (observed.quota is not None and pod_quota.applied is not None
                                               and pod_quota.applied > observed.quota):
@@ -217,20 +244,22 @@ class NriEngine:
         if request is None:
             return Answer(Outcome("skipped"))
         node = self.facts()
-        dirs = compute_nri_dirs(node.layout, facts.cgroups_path, facts.id)
-        pod = cg.find_pod(node.layout, dirs)
-        check_pod_uid(pod, request.pod_uid, f"container {facts.id}")
-        if pod is not None and not os.path.isdir(pod.cpu):
+        dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
+        if not os.path.isdir(pod.cpu):
             raise CgroupError("pod cgroup not found", pod.cpu)
+        if node.online:
+            require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
         identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
-        given = facts.quota or Quota(None, DEFAULT_PERIOD)
+        given = facts.quota or Quota(None, facts.period)
         given = given._replace(period=given.period or DEFAULT_PERIOD)
         with state_lock(self.state_dir):
             prev = load_container(self.state_dir, facts.id)
-            if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)):
-                # A release that did not finish, or the same id reused in another pod: the old
-                # pod gets its share back first.
-                release_locked(self.state_dir, node.layout, facts.id, self.reporter, why="release finished")
+            if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
+                                     or prev.cgroup.cpu != dirs.cpu):
+                # A release that did not finish, or the same id again in another pod (or cgroup):
+                # the old pod gets its share back first.
+                why = "release finished" if prev.phase == "releasing" else f"created again in pod {pod_key_of(pod)}"
+                release_locked(self.state_dir, node.layout, facts.id, self.reporter, why=why)
                 prev = None
             assigned = read_assigned(node, identity, facts.id)
             now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
@@ -261,6 +290,8 @@ class NriEngine:
             dirs = inside(node.layout, rec.cgroup, f"record {cid}")
             pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
             assert dirs is not None
+            if cpus and node.online:
+                require_subset(cpus, node.online, "cpuset names CPUs", f"container {cid}")
             current = cpus or rec.desired
             period = (quota.period if quota is not None and quota.period else None) or rec.quota.period
             given = Quota(rec.quota.applied if quota is None else quota.quota, period)
@@ -315,7 +346,7 @@ class NriEngine:
                 continue
             if answer.adjust is not None:
                 updates.append(Update(facts.id, answer.adjust.resources, "synchronize"))
-        self._release_unlisted(known)
+        self.release_unlisted(known)
         return Answer(Outcome("applied"), None, tuple(updates))
 
     def _sync_one(self, facts: ContainerFacts) -> Answer:
@@ -324,7 +355,10 @@ class NriEngine:
             answer = self.create(facts)
         return answer
 
-    def _release_unlisted(self, known: set) -> None:
+    def release_unlisted(self, known: Set[str]) -> None:
+        """After a whole Synchronize: release the NRI records of containers the runtime did not list
+        whose cgroup is gone too. A runtime that does not list a container (an empty or partial
+        Synchronize) is not proof that it is gone: the cgroup is."""
         node = self.facts()
         with state_lock(self.state_dir):
             for cid in list_records(self.state_dir, "containers"):
@@ -332,11 +366,11 @@ class NriEngine:
                     continue
                 try:
                     rec = load_container(self.state_dir, cid)
-                    if rec is None or rec.mode != "nri" or is_being_created(rec):
+                    if rec is None or rec.mode != "nri":
                         continue
-                    if exists(inside(node.layout, rec.cgroup, f"record {cid}")):
+                    if not is_gone(rec):
                         self.reporter.warning(f"nri: Synchronize did not list container {cid}, but its cgroup is "
-                                              "still there: its record is kept")
+                                              "there: record kept (released when the cgroup goes)")
                         continue
                     release_locked(self.state_dir, node.layout, cid, self.reporter, why="gone from the runtime")
                 except HookError as exc:

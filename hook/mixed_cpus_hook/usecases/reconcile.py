@@ -15,7 +15,7 @@ from ..node.config import Config
 from ..node.facts import NodeFacts, read_node_facts
 from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, remove_stale_temporaries, state_lock
-from .common import age_of, exists, inside, require_whole
+from .common import exists, inside, is_being_created, require_whole
 from .converge import Target, converge
 from .release import prune_pods, release_locked
 
@@ -30,16 +30,6 @@ if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile s
 # while its service runs), fixing again at most MAX_SETTLE_ROUNDS times.
 SETTLE_POLL = 0.01
 MAX_SETTLE_ROUNDS = 10
-# An NRI record is made before runc creates the container's cgroup: it is not forgotten as
-# "cgroup gone" until it is this old (a creation that failed leaves such a record behind).
-CREATE_GRACE = 120.0
-
-
-def is_being_created(rec: ContainerRecord) -> bool:
-    """An NRI record whose cgroup the runtime has not made yet (within the grace period)."""
-    return rec.phase == "creating" and age_of(rec.created) < CREATE_GRACE
-
-
 def read_inconsistent_pods(state_dir: str, ids: Sequence[str]) -> FrozenSet[str]:
     """Pods whose record does not list a container that names it: their quota is left alone.
 

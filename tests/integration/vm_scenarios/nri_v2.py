@@ -151,15 +151,22 @@ def main(argv) -> int:
         ctd.restart()
         p.wait_synchronized(mark)
         reconnect = round(time.monotonic() - t0, 2)
+        old = kube.values(pod, cid)
+        # kubelet hands exclusive CPUs on once their container is gone, never to two at once (without
+        # its checkpoint the plugin refuses a cpuset another tracked container holds)
+        kube.cri.stop(cid, timeout=0)
+        kube.cri.remove(cid)
+        wait_for(lambda: cid in records(), False, inp["settle"])
         pod2 = kube.pod(name="du2", quota=pod_quota)
         cid2 = kube.container(pod2, "app", cpus=excl, quota=quota, period=period)
-        res.step("containerd_restart", seconds=reconnect, plugin_running=p.running(), old=kube.values(pod, cid),
-                 new=kube.values(pod2, cid2), new_inside=kube.inside(cid2), records=records())
+        res.step("containerd_restart", seconds=reconnect, plugin_running=p.running(), old=old,
+                 old_pod_quota=pod.quota(), new=kube.values(pod2, cid2), new_inside=kube.inside(cid2),
+                 records=records())
 
-        kube.cri.stop(cid, timeout=0)
-        pod_after_stop = wait_for(pod.quota, pod_quota, inp["settle"])
-        kube.cri.remove(cid)
-        left = wait_for(lambda: cid in records(), False, inp["settle"])
+        kube.cri.stop(cid2, timeout=0)
+        pod_after_stop = wait_for(pod2.quota, pod_quota, inp["settle"])
+        kube.cri.remove(cid2)
+        left = wait_for(lambda: cid2 in records(), False, inp["settle"])
         res.step("stop_remove", pod_quota_after_stop=pod_after_stop, still_recorded=left, records=records())
 
         pod3 = kube.pod(name="du3", quota=pod_quota, value="yes")

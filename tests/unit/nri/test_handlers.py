@@ -30,11 +30,11 @@ def resources(cpus: str = "", quota: Optional[int] = None, period: Optional[int]
 
 
 @pytest.mark.parametrize("res,expected", [
-    pytest.param(resources(), (frozenset(), None), id="nothing-set"),
-    pytest.param(resources("2-3"), (frozenset({2, 3}), None), id="cpuset-only"),
-    pytest.param(resources("2", 100000, 100000), (frozenset({2}), Quota(100000, 100000)), id="finite"),
-    pytest.param(resources("2", -1, 100000), (frozenset({2}), Quota(None, 100000)), id="unlimited"),
-    pytest.param(resources("", 0, 50000), (frozenset(), None), id="zero-is-not-in-the-update"),
+    pytest.param(resources(), (frozenset(), None, 0), id="nothing-set"),
+    pytest.param(resources("2-3"), (frozenset({2, 3}), None, 0), id="cpuset-only"),
+    pytest.param(resources("2", 100000, 100000), (frozenset({2}), Quota(100000, 100000), 100000), id="finite"),
+    pytest.param(resources("2", -1, 100000), (frozenset({2}), Quota(None, 100000), 100000), id="unlimited"),
+    pytest.param(resources("", 0, 50000), (frozenset(), None, 50000), id="zero-is-not-in-the-update"),
 ])
 def test_parse_cpu(res: Any, expected: Any) -> None:
     assert parse_cpu(res, "here") == expected

@@ -8,12 +8,14 @@ every mux frame the plugin sends fits Go's 4096-byte ttrpc reader.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
@@ -21,7 +23,7 @@ import pytest
 
 from mixed_cpus_hook.core.errors import UsageError
 from mixed_cpus_hook.frontends.nri.handlers import EVENTS, Handlers
-from mixed_cpus_hook.frontends.nri.plugin import Identity, Plugin, compute_identity, parse_socket_fd
+from mixed_cpus_hook.frontends.nri.plugin import Identity, Outbox, Plugin, RepeatLog, compute_identity, parse_socket_fd
 from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
 from mixed_cpus_hook.node.config import load_config
 
@@ -51,8 +53,9 @@ def logged(cap: Any) -> str:
 def make_env(fake_node: Callable[..., Any], reporter: Any) -> Iterator[Callable[..., Env]]:
     started: List[Running] = []
 
-    def make(handshake: bool = True, config: Any = None, handlers_class: type = Handlers, **kwargs: Any) -> Env:
-        node = fake_node(version=1, config=config)
+    def make(handshake: bool = True, config: Any = None, handlers_class: type = Handlers, online: str = "0-3",
+             **kwargs: Any) -> Env:
+        node = fake_node(version=1, config=config, online=online)
         node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
         handlers = handlers_class(load_config(node.config_path), reporter.reporter)
         running = Running(handlers, reporter.reporter, **kwargs)
@@ -231,23 +234,20 @@ def test_internal_error_answered(make_env: Callable[..., Env]) -> None:
 
 
 def test_synchronize_split_tracked_untracked_gone(make_env: Callable[..., Env]) -> None:
-    env = make_env()
-    env.node.add_container(OTHER, cpus="3", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
+    env = make_env(online="0-7")
+    env.node.add_container(OTHER, cpus="4", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
     env.node.add_container(SIDECAR, name="sidecar", cpus="2-3", ask=None)
     env.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
-    gone, unlisted = "dd" * 32, "ee" * 32
-    for cid, uid in ((gone, "99999999-2222-3333-4444-555555555555"), (unlisted, "88888888-2222-3333-4444-555555555555")):
-        env.node.add_container(cid, name="old", cpus="2", pod_uid=uid)
-        env.peer.call("CreateContainer", create_request(cid, name="old", cpus="2", pod_uid=uid),
-                      api.CreateContainerResponse)
-    assert set(env.node.records("containers")) == {APP, gone, unlisted}
-    # The runtime removed one container while no plugin was connected; the other is only missing from
-    # the Synchronize (a partial or buggy runtime): its cgroup is still there, so its record stays.
-    env.node.remove_cgroup(env.node.records("containers")[gone]["cgroup"]["cpu"].split("cpu,cpuacct/", 1)[-1]
-                           if env.node.version == 1 else
-                           env.node.records("containers")[gone]["cgroup"]["cpu"].split("/sys/fs/cgroup/", 1)[1])
+    gone = "dd" * 32
+    paths = env.node.add_container(gone, name="old", cpus="5", pod_uid="99999999-2222-3333-4444-555555555555")
+    env.peer.call("CreateContainer", create_request(gone, name="old", cpus="5",
+                                                    pod_uid="99999999-2222-3333-4444-555555555555"),
+                  api.CreateContainerResponse)
+    assert set(env.node.records("containers")) == {APP, gone}
+    for hierarchy in ("cpuset", "cpu,cpuacct"):  # the runtime removed it while the plugin was away
+        shutil.rmtree(os.path.join(env.node.cgroup_root, hierarchy, paths["rel"]))
     pod_a, app = pod_and_container(APP, cpus="0-3", quota=400000)  # as containerd shows it: already adjusted
-    pod_b, other = pod_and_container(OTHER, cpus="3", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
+    pod_b, other = pod_and_container(OTHER, cpus="4", quota=100000, pod_uid="11111111-2222-3333-4444-555555555555")
     _, sidecar = pod_and_container(SIDECAR, name="sidecar", ask=None)
     part1 = env.peer.call("Synchronize", api.SynchronizeRequest(pods=[pod_a], containers=[app], more=True),
                           api.SynchronizeResponse)
@@ -256,9 +256,8 @@ def test_synchronize_split_tracked_untracked_gone(make_env: Callable[..., Env]) 
                           api.SynchronizeResponse)
     got = {u.container_id: (u.linux.resources.cpu.cpus, u.linux.resources.cpu.quota.value, u.ignore_failure)
            for u in final.update}
-    assert got == {APP: ("0-3", 400000, True), OTHER: ("0-1,3", 300000, True)}
-    assert set(env.node.records("containers")) == {APP, OTHER, unlisted}
-    assert "Synchronize did not list container " + unlisted in env.log
+    assert got == {APP: ("0-3", 400000, True), OTHER: ("0-1,4", 300000, True)}
+    assert set(env.node.records("containers")) == {APP, OTHER}
 
 
 def test_state_change_remove_releases(make_env: Callable[..., Env]) -> None:
@@ -398,3 +397,77 @@ def test_preconnected_plugin_without_arguments(fake_node: Callable[..., Any], co
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeated_protocol_errors_are_counted_not_logged(reporter: Any) -> None:
+    clock = Clock()
+    repeats = RepeatLog(reporter.reporter, clock, interval=60)
+    for i in range(20000):
+        repeats.error(f"nri: mux: {i} bytes for connection 7 dropped")
+    clock.now += 61
+    repeats.error("nri: mux: 5 bytes for connection 7 dropped")
+    repeats.error("nri: ttrpc request on stream 9: answered 'x' (code 3)")
+    repeats.error("nri: mux: 6 bytes for connection 7 dropped")
+    repeats.flush()
+    assert logged(reporter).splitlines() == [
+        "mixed-cpus-hook: error: nri: mux: 0 bytes for connection 7 dropped",
+        "mixed-cpus-hook: error: nri: mux: 5 bytes for connection 7 dropped (20000 like it since the last report)",
+        "mixed-cpus-hook: error: nri: ttrpc request on stream 9: answered 'x' (code 3)",
+        "mixed-cpus-hook: error: nri: mux: 6 bytes for connection 7 dropped (1 like it since the last report)",
+        "nri: mux: 0 bytes for connection 7 dropped",
+        "nri: mux: 5 bytes for connection 7 dropped (20000 like it since the last report)",
+        "nri: ttrpc request on stream 9: answered 'x' (code 3)",
+        "nri: mux: 6 bytes for connection 7 dropped (1 like it since the last report)",
+    ]
+
+
+def test_outbox_never_blocks_and_sees_a_runtime_that_stopped_reading() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        clock = Clock()
+        out = Outbox(ours, clock)
+        for _ in range(64):
+            out.add(b"a" * 65536)  # 4 MiB: far more than the socket holds
+        out.flush()  # takes what fits, returns at once
+        assert 0 < out.pending < 64 * 65536 and not out.stalled(5)
+        clock.now += 5
+        out.flush()
+        assert out.stalled(5)
+        got = theirs.recv(1 << 20)
+        out.flush()  # the runtime read: progress, no longer stalled
+        assert got and not out.stalled(5)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+class ReconcileBug(Handlers):
+    """Handlers whose periodic reconcile has a bug: logged, the plugin serves on."""
+
+    def reconcile(self) -> None:
+        raise KeyError("reconcile")
+
+
+def test_a_bug_outside_any_request_ends_no_process(fake_node: Callable[..., Any], reporter: Any) -> None:
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    running = Running(ReconcileBug(load_config(node.config_path), reporter.reporter), reporter.reporter,
+                      reconcile_interval=0.01)
+    try:
+        running.peer.handshake()
+        deadline = time.monotonic() + 10
+        while "nri: reconcile: internal error: KeyError('reconcile')" not in logged(reporter):
+            assert time.monotonic() < deadline, logged(reporter)
+            time.sleep(0.01)
+        running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+    finally:
+        running.finish()

@@ -136,6 +136,58 @@ def test_server_answers_malformed_and_keeps_serving(frame: ttrpc.Frame, code: in
     assert ttrpc.parse_response(ttrpc.FrameReader().feed(server.handle(request(5)))[0]) == b"hi"
 
 
+def _boom(exc: BaseException) -> ttrpc.Handler:
+    def handler(call: ttrpc.Call) -> bytes:
+        raise exc
+    return handler
+
+
+# A handler that fails in any way ends that request only: the server answers and never raises.
+SERVER_FAILURES = [
+    pytest.param(_boom(ttrpc.ProtocolError("ttrpc: message of 5000000 bytes exceeds the maximum")), ttrpc.INTERNAL,
+                 "internal error: ProtocolError('ttrpc: message of 5000000 bytes", id="protocol-error"),
+    pytest.param(_boom(ValueError("Value out of range: 9223372036854875807")), ttrpc.INTERNAL,
+                 "internal error: ValueError('Value out of range", id="value-error"),
+    pytest.param(_boom(RecursionError()), ttrpc.INTERNAL, "internal error: RecursionError()", id="recursion"),
+    pytest.param(_boom(ttrpc.RpcError(ttrpc.UNKNOWN, "x" * (5 << 20))), ttrpc.UNKNOWN, "x" * 100, id="huge-status"),
+    pytest.param(_boom(ttrpc.RpcError(ttrpc.UNKNOWN, "\x1b[2J\0")), ttrpc.UNKNOWN, "\\x1b[2J\\x00",
+                 id="status-control-characters"),
+    pytest.param(lambda call: b"p" * (4 << 20), ttrpc.RESOURCE_EXHAUSTED,
+                 "response of 4194311 bytes exceeds the maximum message size of 4194304", id="oversized-response"),
+]
+
+
+@pytest.mark.parametrize("handler,code,message", SERVER_FAILURES)
+def test_server_answers_every_failure_within_the_limits(handler: ttrpc.Handler, code: int, message: str) -> None:
+    log: List[str] = []
+    server = ttrpc.Server({("svc", "Echo"): handler}, on_error=log.append)
+    out = server.handle(request(1))
+    assert len(out) <= ttrpc.HEADER_LEN + 4096 + 16  # a short status, whatever the handler did
+    err = answer(out)
+    assert err.code == code and err.message.startswith(message), err.message[:200]
+    assert len(err.message) <= 4096 and err.message.isprintable()
+    assert len(log) == 1 and len(log[0]) < 20000
+
+
+@pytest.mark.parametrize("method,expected", [
+    pytest.param("M" * ((4 << 20) - 100), "method 'MMMM", id="method-4MiB"),
+    pytest.param("Nope\x1b[2J", "method 'Nope\\x1b[2J': not implemented", id="method-escape"),
+    pytest.param("Nope", "method Nope: not implemented", id="method-plain-as-go-says-it"),
+])
+def test_unknown_method_status_is_cut_and_escaped(method: str, expected: str) -> None:
+    log: List[str] = []
+    err = answer(echo_server(log).handle(request(1, method=method)))
+    assert err.code == ttrpc.UNIMPLEMENTED and err.message.startswith(expected) and len(err.message) < 400
+    assert len(log[0]) < 1000
+
+
+def test_format_response_cuts_the_status() -> None:
+    frame = ttrpc.FrameReader().feed(ttrpc.format_response(1, code=2, message="y" * (1 << 20)))[0]
+    with pytest.raises(ttrpc.RpcError) as err:
+        ttrpc.parse_response(frame)
+    assert len(err.value.message) == 4096
+
+
 def test_server_ignores_a_response_frame() -> None:
     log: List[str] = []
     assert echo_server(log).handle(ttrpc.Frame(1, 2, 0, b"")) is None
@@ -191,6 +243,30 @@ def test_mux_malformed(action, message: str) -> None:
     with pytest.raises(mux.MuxError) as err:
         action()
     assert str(err.value) == message
+
+
+def test_demux_many_tiny_frames_in_one_read() -> None:
+    """20,000 frames in one read: one pass over the bytes (the buffer is cut once, not per frame)."""
+    stream = (struct.pack(">II", 7, 1) + b"x") * 20000 + struct.pack(">II", 1, 2)
+    demux = mux.Demux()
+    got = demux.feed(stream)
+    assert len(got) == 20000 and got[0] == (7, b"x") and demux.pending == 8
+    assert demux.feed(b"ok") == [(1, b"ok")] and demux.pending == 0
+
+
+def test_cut_repeated_keeps_the_first_and_counts_the_rest() -> None:
+    """Top-level fields read from hand-built bytes: pods (1) and containers (2) interleaved, more (3)."""
+    data = lfield(1, s(1, "p0")) + lfield(2, s(1, "c0")) + lfield(1, s(1, "p1")) + vfield(3, 1) + lfield(2, s(1, "c1"))
+    out, dropped = api.cut_repeated(data, {1: 1, 2: 1})
+    assert out == lfield(1, s(1, "p0")) + lfield(2, s(1, "c0")) + vfield(3, 1) and dropped == {1: 1, 2: 1}
+    assert api.cut_repeated(data, {1: 9})[0] is data
+
+
+@pytest.mark.parametrize("data", [b"\x0a\x05ab", b"\x0a", b"\x08", b"\x0b\x0c", b"\x80" * 11],
+                         ids=["length-past-end", "no-length", "no-varint", "group", "varint-overlong"])
+def test_cut_repeated_refuses_what_is_not_a_message(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        api.cut_repeated(data, {1: 0})
 
 
 # -- NRI messages -------------------------------------------------------------------------------

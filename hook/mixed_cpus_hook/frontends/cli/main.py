@@ -486,9 +486,12 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--reconcile-interval", type=click.FloatRange(0, 86400), default=10.0, show_default=True,
               metavar="SECONDS", help="Re-apply every tracked container this often (kubelet rewrites pod quotas "
                                       "directly); 0: never.")
+@click.option("--write-timeout", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
+              metavar="SECONDS", help="Drop the connection when the runtime reads none of the plugin's answers for "
+                                      "this long (the plugin then reconnects).")
 @click.pass_obj
 def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
-        reconcile_interval: float) -> None:
+        reconcile_interval: float, write_timeout: float) -> None:
     """Run the NRI plugin: mixed CPUs at CreateContainer, kubelet's updates rewritten in flight.
 
     Registers with the runtime, answers CreateContainer (cpuset exclusive + shared, quota,
@@ -504,7 +507,7 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
         reporter = Reporter(sink=None, verbose=True)
     try:
         code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
-                          argv0=sys.argv[0] if sys.argv else "")
+                          argv0=sys.argv[0] if sys.argv else "", write_timeout=write_timeout)
     except HookError as exc:
         _fail(obj, exc)
     sys.exit(code)

@@ -1,7 +1,8 @@
 """NRI messages to engine events and engine Answers to NRI replies (the plugin's front end).
 
-One handler per event, as containerd/nri's stub has them: it parses the request into plain
-facts, hands them to the NRI engine (``usecases.nri.NriEngine``: every decision, record and
+One handler per event, as containerd/nri's stub has them: it bounds and parses the request into
+plain facts (every value from the runtime is checked against core.bounds before it costs
+anything), hands them to the NRI engine (``usecases.nri.NriEngine``: every decision, record and
 pod-quota write is there, shared with hook mode), and turns the Answer into the reply: the
 adjustment for the event's container and, in the reply's ``update`` field, new resources for
 any other container the event changed. Unsolicited UpdateContainers are never sent:
@@ -15,65 +16,142 @@ kubelet's values pass through unchanged.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from ...core.bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ID,
+                            MAX_NAME, MAX_SYNC_CONTAINERS, MAX_SYNC_KEPT_BYTES, MAX_SYNC_PODS, MAX_UID, check_length,
+                            check_period, check_quota, quote)
 from ...core.cgroup import Quota
 from ...core.cpuset import format_cpulist, parse_cpulist
-from ...core.errors import HookError
+from ...core.errors import CpuListError, HookError, RuntimeInputError
 from ...core.model import Adjustment, Answer, Outcome, Resources, Update
 from ...core.request import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID, may_ask
+from ...core.validate import is_plain_name
 from ...node.config import Config
 from ...node.facts import FactsCache
 from ...node.log import Reporter
 from ...usecases.nri import ContainerFacts, NriEngine, describe_adjustment
 from .wire import api
+from .wire.ttrpc import MAX_MESSAGE
 
 EVENTS = api.event_mask("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
 STOPPED = api.CONTAINER_STATES["CONTAINER_STOPPED"]
+# The updates of one SynchronizeResponse: one ttrpc message, less room for the response around them.
+SYNC_RESPONSE_BUDGET = MAX_MESSAGE - 4096
 
 
 class RequestFailed(Exception):
     """Answer this NRI request with an error status carrying this one-line message."""
 
 
+class Interrupted(Exception):
+    """The plugin is stopping (SIGTERM): a long Synchronize ends between two containers."""
+
+
 # -- messages -> facts (pure) --------------------------------------------------------------
 
-def compute_annotations(pod: api.PodSandbox, container: api.Container) -> Dict[str, str]:
-    """The pod's and the container's annotations, with kubelet's names as CRI-O would copy them."""
-    annotations: Dict[str, str] = dict(pod.annotations)
-    annotations.update(container.annotations)
-    annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
-                        CONTAINER_NAME: container.name})
+def check_id(cid: str, what: str, where: str) -> str:
+    """A container id that can name a record: bounded, one plain path component."""
+    check_length(cid, MAX_ID, what, where)
+    if not is_plain_name(cid):
+        raise RuntimeInputError(f"{what} {quote(cid)} is not a plain container id", where)
+    return cid
+
+
+def annotation_pairs(field: Any) -> Iterable[Tuple[str, str]]:
+    """(key, value) of a message's annotations: a map (a message built in this process) or the
+    repeated entries of api.READ, which requests are decoded into."""
+    return field.items() if hasattr(field, "items") else ((e.key, e.value) for e in field)
+
+
+def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
+    """A message's annotations as a dict; their count is checked before any is read
+    (bounds.MAX_ANNOTATIONS: the count is known from the decoded entries, a map is not built)."""
+    if len(field) > MAX_ANNOTATIONS:
+        raise RuntimeInputError(f"{what} has {len(field)} annotations, more than the {MAX_ANNOTATIONS} read", where)
+    return dict(annotation_pairs(field))
+
+
+def read_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
+    """count_annotations, and their size within MAX_ANNOTATIONS_BYTES (an asking container's)."""
+    annotations = count_annotations(field, what, where)
+    size = sum(len(k) + len(v) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        raise RuntimeInputError(f"{what} annotations of {size} characters exceed the {MAX_ANNOTATIONS_BYTES} "
+                                "Kubernetes allows", where)
     return annotations
 
 
-def compute_facts(pod: api.PodSandbox, container: api.Container) -> ContainerFacts:
-    """The engine's view of a container; raises CpuListError for a malformed cpuset."""
-    cpus, quota = parse_cpu(container.linux.resources, f"container {container.id}: linux.resources.cpu")
-    return ContainerFacts(id=container.id, annotations=compute_annotations(pod, container), cpus=cpus, quota=quota,
+def check_request(pod: "api.PodSandbox", container: "api.Container", where: str) -> None:
+    """Every string and map of an asking container's request within bounds.py's bounds, before
+    anything is looked up, parsed or written (a RuntimeInputError names the first that is not)."""
+    check_id(container.id, "container id", where)
+    for value, what in ((container.name, "container name"), (pod.name, "pod name"), (pod.namespace, "namespace")):
+        check_length(value, MAX_NAME, what, where)
+    check_length(pod.uid, MAX_UID, "pod uid", where)
+    check_length(container.linux.resources.cpu.cpus, MAX_CPULIST_TEXT, "linux.resources.cpu.cpus", where)
+
+
+def compute_facts(pod: "api.PodSandbox", container: "api.Container",
+                  cpus_limit: int = MAX_CPULIST_TEXT) -> ContainerFacts:
+    """The engine's view of a container; raises a HookError for a value out of bounds or malformed.
+
+    ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
+    """
+    where = f"container {quote(container.id, bare=True)}"
+    check_request(pod, container, where)
+    annotations = read_annotations(pod.annotations, "pod", where)
+    annotations.update(read_annotations(container.annotations, "container", where))
+    annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
+                        CONTAINER_NAME: container.name})
+    cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu", cpus_limit)
+    return ContainerFacts(id=container.id, annotations=annotations, cpus=cpus, quota=quota,
                           cgroups_path=container.linux.cgroups_path, pod_cgroup=pod.linux.cgroup_parent,
-                          stopped=container.state == STOPPED)
+                          stopped=container.state == STOPPED, period=period)
 
 
-def parse_cpu(resources: api.LinuxResources, where: str) -> Tuple[FrozenSet[int], Optional[Quota]]:
-    """(cpus, quota) of NRI resources: empty cpus when unset; quota None when not given.
+def parse_cpu(resources: "api.LinuxResources", where: str,
+              cpus_limit: int = MAX_CPULIST_TEXT) -> Tuple[FrozenSet[int], Optional[Quota], int]:
+    """(cpus, quota, period) of NRI resources: empty cpus when unset; quota None when not given.
 
     containerd passes a CRI update's quota even when kubelet left it out (the CPU manager sends
-    only the cpuset): 0 then, which means "not in the update", never "unlimited". A negative
-    quota (-1) is unlimited: Quota(None, period).
+    only the cpuset): 0 then, which means "not in the update", never "unlimited". -1 is
+    unlimited: Quota(None, period). Anything else must be a quota and a period the kernel
+    accepts (bounds.py); a RuntimeInputError says which is not.
     """
     cpu = resources.cpu
-    cpus = parse_cpulist(cpu.cpus, f"{where}.cpus") if cpu.cpus.strip() else frozenset()
-    period = cpu.period.value if cpu.HasField("period") else 0
-    if not cpu.HasField("quota") or cpu.quota.value == 0:
-        return cpus, None
-    value = cpu.quota.value
-    return cpus, Quota(value if value > 0 else None, period)
+    return parse_cpu_values(cpu.cpus, cpu.quota.value if cpu.HasField("quota") else None,
+                            cpu.period.value if cpu.HasField("period") else None, where, cpus_limit)
+
+
+def parse_cpu_values(cpus_text: str, quota_value: Optional[int], period_value: Optional[int],
+                     where: str, cpus_limit: int = MAX_CPULIST_TEXT) -> Tuple[FrozenSet[int], Optional[Quota], int]:
+    """parse_cpu of the three values (None: the field is not set)."""
+    if len(cpus_text) > cpus_limit:
+        raise CpuListError(f"cpulist of {len(cpus_text)} characters is longer than the {cpus_limit} that any list "
+                           "of this node's online CPUs takes", f"{where}.cpus")
+    cpus = parse_cpulist(cpus_text, f"{where}.cpus") if cpus_text.strip() else frozenset()
+    period = check_period(period_value or 0, "period", where)
+    if not quota_value:
+        return cpus, None, period
+    if quota_value != -1:
+        check_quota(quota_value, "quota", where)
+    return cpus, Quota(quota_value if quota_value > 0 else None, period), period
+
+
+def compute_cpus_limit(online: FrozenSet[int]) -> int:
+    """The longest cpulist text worth parsing on a node with these online CPUs: every one of them
+    written alone, comma-separated (kubelet writes shorter, canonical lists). A longer list names
+    a CPU twice or one that is not online: refused before it costs a parse."""
+    if not online:
+        return MAX_CPULIST_TEXT
+    return min(MAX_CPULIST_TEXT, sum(len(str(c)) + 1 for c in online) + 2)
 
 
 # -- answers -> messages (pure) ----------------------------------------------------------
 
-def fill_cpu(resources: api.LinuxResources, res: Resources) -> None:
+def fill_cpu(resources: "api.LinuxResources", res: Resources) -> None:
     """cpus, and the quota and period, into NRI resources (always both: a field left out keeps
     kubelet's value). An unlimited quota is left out: the container keeps kubelet's (unlimited)."""
     cpu = resources.cpu
@@ -84,7 +162,7 @@ def fill_cpu(resources: api.LinuxResources, res: Resources) -> None:
         cpu.period.value = res.period
 
 
-def format_adjustment(adj: Adjustment) -> api.ContainerAdjustment:
+def format_adjustment(adj: Adjustment) -> "api.ContainerAdjustment":
     msg = api.ContainerAdjustment()
     fill_cpu(msg.linux.resources, adj.resources)
     for key, value in adj.env:
@@ -92,137 +170,371 @@ def format_adjustment(adj: Adjustment) -> api.ContainerAdjustment:
     return msg
 
 
-def format_update(cid: str, res: Resources, ignore_failure: bool = False) -> api.ContainerUpdate:
+def format_update(cid: str, res: Resources, ignore_failure: bool = False) -> "api.ContainerUpdate":
     msg = api.ContainerUpdate(container_id=cid, ignore_failure=ignore_failure)
     fill_cpu(msg.linux.resources, res)
     return msg
 
 
-def format_updates(updates: Sequence[Update], ignore_failure: bool = False) -> List[api.ContainerUpdate]:
+def format_updates(updates: Sequence[Update], ignore_failure: bool = False) -> List["api.ContainerUpdate"]:
+    """Other containers' new resources, for a reply's ``update`` field."""
     return [format_update(u.container_id, u.resources, ignore_failure) for u in updates]
+
+
+# -- Synchronize: the parts collected, bounded --------------------------------------------
+
+class SyncPod(NamedTuple):
+    """What a Synchronize keeps of a pod (plain values: a pure-Python protobuf message costs
+    a hundred times more to build)."""
+
+    id: str
+    name: str
+    uid: str
+    namespace: str
+    cgroup_parent: str
+    annotations: Tuple[Tuple[str, str], ...]
+
+
+class SyncContainer(NamedTuple):
+    """What a Synchronize keeps of a container (quota and period None: not set)."""
+
+    id: str
+    pod_sandbox_id: str
+    name: str
+    state: int
+    cgroups_path: str
+    cpus: str
+    quota: Optional[int]
+    period: Optional[int]
+    annotations: Tuple[Tuple[str, str], ...]
+
+
+NO_POD = SyncPod("", "", "", "", "", ())
+EMPTY_LINUX = api.Container().linux
+EMPTY_CPU = api.LinuxResources().cpu
+ENTRY_COST = 128  # bytes counted for an entry on top of its strings
+
+
+class SyncParts:
+    """What the plugin keeps of a Synchronize split in parts (``more``): bounded whatever is sent.
+
+    Pods and containers past bounds.MAX_SYNC_PODS and MAX_SYNC_CONTAINERS (across the parts) are
+    cut from each part before it is decoded (``room`` and ``count_cut``); each one kept is
+    trimmed to the fields the plugin reads (a pod's annotations under the configured prefix, a
+    container's ending in its own name, every string cut one past its bound), and at most
+    MAX_SYNC_KEPT_BYTES are kept. Past any bound the rest is only counted, and the Synchronize
+    is ``cut``: no record is then taken as gone.
+    """
+
+    def __init__(self, prefix: str, stopping: Callable[[], bool] = lambda: False) -> None:
+        self.prefix = prefix + "/"
+        self.stopping = stopping
+        self.pods: Dict[str, SyncPod] = {}
+        self.containers: List[SyncContainer] = []
+        self.pod_count = 0
+        self.kept = 0
+        self.dropped_pods = 0
+        self.dropped_containers = 0
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.dropped_pods or self.dropped_containers)
+
+    def room(self) -> Dict[int, int]:
+        """How many more pods (field 1) and containers (field 2) a part may bring."""
+        return {1: max(0, MAX_SYNC_PODS - self.pod_count), 2: max(0, MAX_SYNC_CONTAINERS - len(self.containers))}
+
+    def count_cut(self, dropped: Dict[int, int]) -> None:
+        self.dropped_pods += dropped.get(1, 0)
+        self.dropped_containers += dropped.get(2, 0)
+
+    def add(self, req: "api.SynchronizeRequest") -> None:
+        for pod in req.pods:
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            if self.pod_count >= MAX_SYNC_PODS:
+                self.dropped_pods += 1
+                continue
+            parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
+            small = SyncPod(_cut(pod.id, MAX_ID), _cut(pod.name, MAX_NAME), _cut(pod.uid, MAX_UID),
+                            _cut(pod.namespace, MAX_NAME), _cut(parent, MAX_CGROUPS_PATH),
+                            tuple((k, v) for k, v in _bounded_pairs(pod.annotations) if k.startswith(self.prefix)))
+            if not self._keep(small):
+                self.dropped_pods += 1
+                continue
+            self.pod_count += 1
+            self.pods[small.id] = small
+        for ctr in req.containers:
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            if len(self.containers) >= MAX_SYNC_CONTAINERS:
+                self.dropped_containers += 1
+                continue
+            # An unset sub-message costs as much to read as to build (pure-Python protobuf): ask first.
+            linux = ctr.linux if ctr.HasField("linux") else EMPTY_LINUX
+            cpu = linux.resources.cpu if linux.HasField("resources") and linux.resources.HasField("cpu") else EMPTY_CPU
+            suffix = "/" + ctr.name
+            kept = SyncContainer(_cut(ctr.id, MAX_ID), _cut(ctr.pod_sandbox_id, MAX_ID), _cut(ctr.name, MAX_NAME),
+                                  ctr.state, _cut(linux.cgroups_path, MAX_CGROUPS_PATH),
+                                  _cut(cpu.cpus, MAX_CPULIST_TEXT),
+                                  cpu.quota.value if cpu.HasField("quota") else None,
+                                  cpu.period.value if cpu.HasField("period") else None,
+                                  tuple((k, v) for k, v in _bounded_pairs(ctr.annotations) if k.endswith(suffix)))
+            if not self._keep(kept):
+                self.dropped_containers += 1
+                continue
+            self.containers.append(kept)
+
+    def _keep(self, entry: Tuple[Any, ...]) -> bool:
+        size = ENTRY_COST + sum(len(v) for v in entry if isinstance(v, str)) + sum(
+            len(k) + len(v) for k, v in entry[-1])
+        if self.kept + size > MAX_SYNC_KEPT_BYTES:
+            return False
+        self.kept += size
+        return True
+
+
+def _bounded_pairs(field: Any) -> Iterable[Tuple[str, str]]:
+    """The annotations kept of a Synchronize entry: none past bounds.MAX_ANNOTATIONS (it cannot
+    ask then; a tracked container is still brought back from its record)."""
+    return () if len(field) > MAX_ANNOTATIONS else annotation_pairs(field)
+
+
+def to_messages(pod: SyncPod, ctr: SyncContainer) -> Tuple["api.PodSandbox", "api.Container"]:
+    """The NRI messages again, for the few containers of a Synchronize that ask."""
+    pod_msg = api.PodSandbox(id=pod.id, name=pod.name, uid=pod.uid, namespace=pod.namespace)
+    pod_msg.linux.cgroup_parent = pod.cgroup_parent
+    pod_msg.annotations.update(dict(pod.annotations))
+    ctr_msg = api.Container(id=ctr.id, pod_sandbox_id=ctr.pod_sandbox_id, name=ctr.name, state=ctr.state)
+    ctr_msg.linux.cgroups_path = ctr.cgroups_path
+    cpu = ctr_msg.linux.resources.cpu
+    cpu.cpus = ctr.cpus
+    if ctr.quota is not None:
+        cpu.quota.value = ctr.quota
+    if ctr.period is not None:
+        cpu.period.value = ctr.period
+    ctr_msg.annotations.update(dict(ctr.annotations))
+    return pod_msg, ctr_msg
+
+
+def _cut(value: str, limit: int) -> str:
+    """At most one character past ``limit``: what is kept of a value is still refused by its bound
+    later, and costs no more than that."""
+    return value if len(value) <= limit else value[:limit + 1]
 
 
 # -- the handlers ----------------------------------------------------------------------------
 
 class Handlers:
-    """One plugin's handlers; the state they keep is the engine and the Synchronize being collected."""
+    """One plugin's handlers: the NRI engine, and the Synchronize being collected."""
 
     def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None) -> None:
         self.config = config
         self.reporter = reporter
         self.engine = NriEngine(config, reporter, cache)
-        self._sync_pods: List[api.PodSandbox] = []
-        self._sync_containers: List[api.Container] = []
+        # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
+        self.stopping: Callable[[], bool] = lambda: False
+        # The Synchronize being collected (its parts so far), bounded.
+        self.pending_sync = self._new_sync()
+
+    def _new_sync(self) -> SyncParts:
+        return SyncParts(self.config.annotation_prefix, lambda: self.stopping())
+
+    def cpus_limit(self) -> int:
+        """compute_cpus_limit of the online CPUs the engine read last."""
+        return compute_cpus_limit(self.engine.last_online())
 
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""
-        self._sync_pods, self._sync_containers = [], []
+        self.pending_sync = self._new_sync()
 
     # Configure -------------------------------------------------------------------------
-    def configure(self, req: api.ConfigureRequest) -> api.ConfigureResponse:
-        self.reporter.info(f"nri: configured by {req.runtime_name or 'runtime'} {req.runtime_version}".rstrip()
-                           + (f" (NRI {req.NRI_version})" if req.NRI_version else "")
+    def configure(self, req: "api.ConfigureRequest") -> "api.ConfigureResponse":
+        self.reporter.info(f"nri: configured by {quote(req.runtime_name or 'runtime', bare=True)} "
+                           f"{quote(req.runtime_version, bare=True)}".rstrip()
+                           + (f" (NRI {quote(req.NRI_version, bare=True)})" if req.NRI_version else "")
                            + f", request timeout {req.request_timeout} ms")
         return api.ConfigureResponse(events=EVENTS)
 
     # CreateContainer -------------------------------------------------------------------
-    def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
-        cid = req.container.id
-        where = f"nri: CreateContainer {cid} ({req.pod.namespace}/{req.pod.name}/{req.container.name})"
-        annotations = dict(req.pod.annotations)
-        annotations.update(req.container.annotations)
+    def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
+        where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
+        try:
+            annotations = count_annotations(req.pod.annotations, "the pod", where)
+            annotations.update(count_annotations(req.container.annotations, "the container", where))
+        except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
+            self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
+            return api.CreateContainerResponse()
         annotations[CONTAINER_NAME] = req.container.name
         if not may_ask(annotations):
             return api.CreateContainerResponse()
         try:
-            answer = self.engine.create(compute_facts(req.pod, req.container))
-        except HookError as exc:
+            answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit()))
+            reply = api.CreateContainerResponse(update=format_updates(answer.updates))
+            if answer.adjust is not None:
+                reply.adjust.CopyFrom(format_adjustment(answer.adjust))
+        except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
+            problem = format_problem(exc)
             if self.config.failure_policy == "fail":
-                self.reporter.error(f"{where}: {exc.kind}: {exc}")
-                raise RequestFailed(f"mixed-cpus-hook: {exc.kind}: {exc}") from None
-            self.reporter.warning(f"{where}: {exc.kind}: {exc} (failure_policy ignore: created unadjusted)")
+                self.reporter.error(f"{where}: {problem}")
+                raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
+            self.reporter.warning(f"{where}: {problem} (failure_policy ignore: created unadjusted)")
             return api.CreateContainerResponse()
-        reply = api.CreateContainerResponse(update=format_updates(answer.updates))
         if answer.adjust is not None:
             self.reporter.info(f"{where}: {describe_adjustment(answer.adjust)}")
-            reply.adjust.CopyFrom(format_adjustment(answer.adjust))
         return reply
 
     # UpdateContainer -------------------------------------------------------------------
-    def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+    def update_container(self, req: "api.UpdateContainerRequest") -> "api.UpdateContainerResponse":
         cid = req.container.id
+        if not self.tracked(cid):
+            return api.UpdateContainerResponse()  # not ours: kubelet's update passes, nothing parsed
         where = f"nri: UpdateContainer {cid}"
         try:
-            cpus, quota = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu")
+            cpus, quota, _period = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu", self.cpus_limit())
             answer = self.engine.update(cid, cpus, quota)
-        except HookError as exc:
-            self.reporter.error(f"{where}: {exc.kind}: {exc} (kubelet's update passes unchanged)")
+            updates = format_updates(answer.updates)
+            if answer.adjust is not None:
+                updates.insert(0, format_update(cid, answer.adjust.resources))
+        except Exception as exc:  # noqa: BLE001 - an update never fails for our sake
+            self.reporter.error(f"{where}: {format_problem(exc)} (kubelet's update passes unchanged)")
             return api.UpdateContainerResponse()
-        updates = format_updates(answer.updates)
         if answer.adjust is not None:
             self.reporter.info(f"{where}: kubelet's update rewritten: {describe_adjustment(answer.adjust)}")
-            updates.insert(0, format_update(cid, answer.adjust.resources))
         return api.UpdateContainerResponse(update=updates)
 
+    def tracked(self, cid: str) -> bool:
+        """Whether ``cid`` can have a record and has one (one stat; the id is checked first, as
+        records.record_path checks it)."""
+        if not cid or len(cid) > MAX_ID or not is_plain_name(cid):
+            return False
+        return os.path.lexists(os.path.join(self.config.state_dir, "containers", cid + ".json"))
+
     # StopContainer, RemoveContainer ------------------------------------------------------
-    def _stop(self, cid: str, why: str) -> Answer:
+    def release(self, cid: str, why: str) -> Answer:
+        """Give the container's pod its share back; the answer's updates are other containers'."""
+        if not self.tracked(cid):
+            return Answer(Outcome("skipped"))
         try:
             return self.engine.stop(cid, why)
-        except HookError as exc:
-            self.reporter.error(f"nri: {why} {cid}: {exc.kind}: {exc}")
-            return Answer(Outcome("error", (str(exc),)))
+        except Exception as exc:  # noqa: BLE001 - a stop never fails for our sake
+            self.reporter.error(f"nri: {why} {cid}: {format_problem(exc)}")
+            return Answer(Outcome("error", (format_problem(exc),)))
 
-    def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
-        answer = self._stop(req.container.id, "stopped")
-        return api.StopContainerResponse(update=format_updates(answer.updates))
+    def stop_container(self, req: "api.StopContainerRequest") -> "api.StopContainerResponse":
+        return api.StopContainerResponse(update=format_updates(self.release(req.container.id, "stopped").updates))
 
-    def remove_container(self, req: api.RemoveContainerRequest) -> api.RemoveContainerResponse:
-        self._stop(req.container.id, "removed")  # RemoveContainer carries no updates (any NRI version)
+    def remove_container(self, req: "api.RemoveContainerRequest") -> "api.RemoveContainerResponse":
+        self.release(req.container.id, "removed")  # RemoveContainer carries no updates (any NRI version)
         return api.RemoveContainerResponse()
 
-    def state_change(self, req: api.StateChangeEvent) -> api.Empty:
+    def state_change(self, req: "api.StateChangeEvent") -> "api.Empty":
         if req.event == api.EVENTS["REMOVE_CONTAINER"] and req.container.id:
-            self._stop(req.container.id, "removed")
+            self.release(req.container.id, "removed")
         return api.Empty()
 
     # Synchronize -----------------------------------------------------------------------
-    def synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
+    def decode_synchronize(self, payload: bytes) -> "api.SynchronizeRequest":
+        """A Synchronize part, decoded without the pods and containers past the bounds (counted)."""
+        data, dropped = api.cut_repeated(payload, self.pending_sync.room())
+        self.pending_sync.count_cut(dropped)
+        return api.READ["SynchronizeRequest"].FromString(data)
+
+    def synchronize(self, req: "api.SynchronizeRequest") -> "api.SynchronizeResponse":
         """Collect a split Synchronize (``more``); at the last part, answer with the updates."""
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
+        self.pending_sync.add(req)
         if req.more:
             return api.SynchronizeResponse(more=True)
-        pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
-        return api.SynchronizeResponse(update=self.compute_sync(pods, containers))
+        parts, self.pending_sync = self.pending_sync, self._new_sync()
+        return api.SynchronizeResponse(update=self.compute_sync(parts))
 
-    def compute_sync(self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
-                     ) -> List[api.ContainerUpdate]:
+    def compute_sync(self, parts: SyncParts) -> List["api.ContainerUpdate"]:
         """Tracked containers back to their mixed set; asking ones admitted; nothing fails the whole.
 
-        The runtime's current values are passed (what landed while no plugin was connected is
-        kubelet's); a container whose message cannot be parsed is skipped and named.
+        Nothing here fails the Synchronize (a runtime drops a plugin whose Synchronize fails): a
+        container that cannot be handled, for any reason, is skipped and named in the log. The
+        updates fit one ttrpc message: those past it are left to the periodic reconcile (their
+        records say what they need). Records of NRI containers the runtime did not list are
+        released only when their cgroup is gone too, and not at all when the Synchronize was cut.
         """
-        by_id = {p.id: p for p in pods}
-        facts: List[ContainerFacts] = []
-        for ctr in containers:
-            pod = by_id.get(ctr.pod_sandbox_id, api.PodSandbox())
-            if not may_ask(compute_annotations(pod, ctr)):  # a tracked container always asks
-                facts.append(ContainerFacts(ctr.id, {}, frozenset(), None, "", "", stopped=True))
+        updates: List["api.ContainerUpdate"] = []
+        size = 0
+        known = set()
+        over_budget: List[str] = []
+        for ctr in parts.containers:
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            known.add(ctr.id)
+            if ctr.state == STOPPED:
                 continue
+            pod = parts.pods.get(ctr.pod_sandbox_id, NO_POD)
             try:
-                facts.append(compute_facts(pod, ctr))
-            except HookError as exc:
-                self.reporter.error(f"nri: Synchronize: container {ctr.id} ({pod.namespace}/{pod.name}/{ctr.name}): "
-                                    f"{exc.kind}: {exc}")
-                facts.append(ContainerFacts(ctr.id, {}, frozenset(), None, "", "", stopped=True))
-        answer = self.engine.synchronize(facts)
-        for update in answer.updates:
-            self.reporter.info(f"nri: Synchronize: container {update.container_id}: cpus "
-                               f"{format_cpulist(update.resources.cpus)}")
-        return format_updates(answer.updates, ignore_failure=True)
+                update = self._sync_one(pod, ctr)
+            except Exception as exc:  # noqa: BLE001 - one container never fails the others
+                self.reporter.error(f"{sync_where(pod, ctr)}: {format_problem(exc)} (skipped)")
+                continue
+            if update is None:
+                continue
+            cost = update.ByteSize() + 16  # the field's tag and length
+            if size + cost > SYNC_RESPONSE_BUDGET:
+                over_budget.append(ctr.id)
+                continue
+            size += cost
+            updates.append(update)
+        if over_budget:
+            self.reporter.error(f"nri: Synchronize: {len(over_budget)} update(s) did not fit one answer "
+                                f"(first {quote(over_budget[0])}); the periodic reconcile applies them")
+        if parts.cut:
+            self.reporter.error(f"nri: Synchronize: more than the plugin keeps ({parts.dropped_pods} pod(s) and "
+                                f"{parts.dropped_containers} container(s) past bounds.MAX_SYNC_*); no record is "
+                                "released for a container not listed")
+            return updates
+        self.engine.release_unlisted(known)
+        return updates
+
+    def _sync_one(self, pod: SyncPod, ctr: SyncContainer) -> Optional["api.ContainerUpdate"]:
+        """One container of a Synchronize: its update, or None (most are neither tracked nor asking:
+        one stat and one look at their few annotations, nothing formatted)."""
+        answer: Optional[Answer] = None
+        where = ""
+        if self.tracked(ctr.id):
+            where = sync_where(pod, ctr)
+            # The runtime's current values: what landed while no plugin was connected (kubelet's
+            # update, a resize) is kubelet's and must not be taken for the record's.
+            cpus, quota, _period = parse_cpu_values(ctr.cpus, ctr.quota, ctr.period, f"{where}: linux.resources.cpu",
+                                                    self.cpus_limit())
+            answer = self.engine.update(ctr.id, cpus, quota)
+        if answer is None or answer.adjust is None:
+            annotations = dict(pod.annotations)
+            annotations.update(ctr.annotations)
+            annotations[CONTAINER_NAME] = ctr.name
+            if not may_ask(annotations):
+                return None
+            answer = self.engine.create(compute_facts(*to_messages(pod, ctr), self.cpus_limit()))
+        if answer.adjust is None:
+            return None
+        update = format_update(ctr.id, answer.adjust.resources, ignore_failure=True)
+        self.reporter.info(f"{where or sync_where(pod, ctr)}: {describe_adjustment(answer.adjust)}")
+        return update
 
     # periodic reconcile ------------------------------------------------------------------
     def reconcile(self) -> None:
         """Re-apply what kubelet rewrote directly (pod quotas): every record, both modes."""
         self.engine.reconcile()
+
+
+def sync_where(pod: SyncPod, ctr: SyncContainer) -> str:
+    return f"nri: Synchronize: container {describe_container(pod, ctr)}"
+
+
+def describe_container(pod: Any, container: Any) -> str:
+    """"<id> (<namespace>/<pod>/<container>)" with every part quoted and cut (they come from the runtime)."""
+    names = "/".join(quote(v, bare=True) for v in (pod.namespace, pod.name, container.name))
+    return f"{quote(container.id, bare=True)} ({names})"
+
+
+def format_problem(exc: BaseException) -> str:
+    """One line for a failure: a HookError's kind and message, anything else as an internal error."""
+    if isinstance(exc, HookError):
+        return f"{exc.kind}: {exc}"
+    return f"internal error: {quote(exc)}"

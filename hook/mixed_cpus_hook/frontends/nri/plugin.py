@@ -1,9 +1,13 @@
 """The long-running NRI plugin: one unix connection to the runtime, served until it goes away.
 
-Single-threaded and blocking: ``poll`` on the socket (and a wake-up pipe for signals) with a
-timeout that is the next periodic reconcile, so an idle plugin uses no CPU. A request is
-handled as it arrives and answered before the next is read; the engine's work per request
-is a few file reads and writes, far inside NRI's 2 s request timeout.
+Single-threaded: ``poll`` on the non-blocking socket (and a wake-up pipe for signals) with a
+timeout that is the next periodic reconcile, so an idle plugin uses no CPU. Requests are
+handled in order as they arrive; the engine's work per request is a few file reads and
+writes, far inside NRI's 2 s request timeout. Answers go to an outbound buffer that the loop
+drains as the runtime reads: a runtime that stops reading never blocks the plugin. While the
+buffer holds more than bounds.MAX_OUTBOUND no further request is read, and a runtime that
+reads nothing for bounds.WRITE_TIMEOUT is dropped (the plugin reconnects). SIGTERM and SIGINT
+end the loop within one request, whatever it was doing.
 
 Flow (containerd/nri pkg/stub/stub.go, pkg/adaptation/plugin.go): connect (or use the
 pre-connected socket whose fd is in NRI_PLUGIN_SOCKET), multiplex it, serve the Plugin service
@@ -15,6 +19,7 @@ again; the records make that lossless.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import re
@@ -23,13 +28,15 @@ import signal
 import socket
 import time
 import traceback
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from google.protobuf.message import DecodeError
 
+from ...core.bounds import MAX_OUTBOUND, REPEAT_LOG_INTERVAL, WRITE_TIMEOUT, quote
 from ...core.errors import HookError, UsageError
+from ...node.config import Config
 from ...node.log import Reporter
-from .handlers import Handlers, RequestFailed
+from .handlers import Handlers, Interrupted, RequestFailed
 from .wire import api, mux, ttrpc
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
@@ -44,20 +51,21 @@ NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 INDEX_RE = re.compile(r"[0-9][0-9]\Z")
 
 # Plugin service method -> (request class, Handlers method). Shutdown is the plugin's own.
+# Requests are decoded into api.READ's classes: only the fields the plugin reads, maps as entries.
 METHODS = {
-    "Configure": (api.ConfigureRequest, "configure"),
-    "Synchronize": (api.SynchronizeRequest, "synchronize"),
-    "CreateContainer": (api.CreateContainerRequest, "create_container"),
-    "UpdateContainer": (api.UpdateContainerRequest, "update_container"),
-    "StopContainer": (api.StopContainerRequest, "stop_container"),
-    "RemoveContainer": (api.RemoveContainerRequest, "remove_container"),
-    "StateChange": (api.StateChangeEvent, "state_change"),
+    "Configure": (api.READ["ConfigureRequest"], "configure"),
+    "Synchronize": (api.READ["SynchronizeRequest"], "synchronize"),
+    "CreateContainer": (api.READ["CreateContainerRequest"], "create_container"),
+    "UpdateContainer": (api.READ["UpdateContainerRequest"], "update_container"),
+    "StopContainer": (api.READ["StopContainerRequest"], "stop_container"),
+    "RemoveContainer": (api.READ["RemoveContainerRequest"], "remove_container"),
+    "StateChange": (api.READ["StateChangeEvent"], "state_change"),
 }
 
 
 class Identity(NamedTuple):
     name: str
-    index: str
+    index: str  # type: ignore[assignment]  # shadows tuple.index: NRI's word for it (NRI_PLUGIN_IDX)
 
 
 def compute_identity(name: Optional[str], index: Optional[str], environ: Mapping[str, str],
@@ -88,19 +96,96 @@ def parse_socket_fd(environ: Mapping[str, str]) -> Optional[int]:
     return int(value)
 
 
+class RepeatLog:
+    """Errors that a runtime can repeat without end (frames for an unknown connection, malformed
+    requests): the first of a kind is logged, the next ones only counted, with one summary line
+    at most every ``interval`` seconds and when the connection ends. A kind is the message with
+    its numbers taken out (stream ids and lengths differ between repeats)."""
+
+    def __init__(self, reporter: Reporter, clock: Callable[[], float], interval: float = REPEAT_LOG_INTERVAL) -> None:
+        self.reporter = reporter
+        self.clock = clock
+        self.interval = interval
+        self._seen: Dict[str, list] = {}  # kind -> [count since the last line, time of the last line, message]
+
+    def error(self, message: str) -> None:
+        kind = re.sub(r"[0-9]+", "N", message[:200])
+        now = self.clock()
+        entry = self._seen.get(kind)
+        if entry is None:
+            if len(self._seen) >= 1000:  # kinds are few; a flood of new ones is summarized as it goes
+                self.flush()
+            self._seen[kind] = [0, now, message]
+            self.reporter.error(message)
+            return
+        entry[0] += 1
+        entry[2] = message
+        if now - entry[1] >= self.interval:
+            self._summary(entry)
+            entry[0], entry[1] = 0, now
+
+    def _summary(self, entry: list) -> None:
+        if entry[0]:
+            self.reporter.error(f"{entry[2]} ({entry[0]} like it since the last report)")
+
+    def flush(self) -> None:
+        for entry in self._seen.values():
+            self._summary(entry)
+        self._seen.clear()
+
+
+class Outbox:
+    """Bytes for the runtime, sent as fast as it reads them and never blocking the plugin."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float]) -> None:
+        self.sock = sock
+        self.clock = clock
+        self._chunks: Deque[bytes] = collections.deque()
+        self.pending = 0
+        self.since = 0.0  # when the runtime last took a byte (or the buffer went from empty to not)
+
+    def add(self, data: bytes) -> None:
+        if not self.pending:
+            self.since = self.clock()
+        self._chunks.append(data)
+        self.pending += len(data)
+
+    def flush(self) -> None:
+        """Send what the socket takes now; OSError when the connection is gone."""
+        while self._chunks:
+            head = self._chunks[0]
+            try:
+                n = self.sock.send(head)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.since = self.clock()
+            self.pending -= n
+            if n == len(head):
+                self._chunks.popleft()
+            else:
+                self._chunks[0] = head[n:]
+                return
+
+    def stalled(self, timeout: float) -> bool:
+        return bool(self.pending) and self.clock() - self.since >= timeout
+
+
 class Plugin:
     """Serves one runtime connection at a time; ``run`` reconnects until stopped."""
 
     def __init__(self, handlers: Handlers, identity: Identity, reporter: Reporter,
                  reconcile_interval: float = 10.0, registration_timeout: float = REGISTRATION_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, write_timeout: float = WRITE_TIMEOUT) -> None:
         self.handlers = handlers
         self.identity = identity
         self.reporter = reporter
         self.reconcile_interval = reconcile_interval
         self.registration_timeout = registration_timeout
+        self.write_timeout = write_timeout
         self.clock = clock
         self.stopping = False
+        handlers.stopping = lambda: self.stopping
+        self._repeats = RepeatLog(reporter, clock)
         self.configured = False
         self.requests = 0
         self._wake_r, self._wake_w = os.pipe()
@@ -131,39 +216,43 @@ class Plugin:
 
     # -- requests ----------------------------------------------------------------------------
     def _log_protocol(self, message: str) -> None:
-        self.reporter.error(f"nri: {message}")
+        self._repeats.error(f"nri: {message}")
 
     def _method_table(self) -> Dict[Tuple[str, str], ttrpc.Handler]:
         table: Dict[Tuple[str, str], ttrpc.Handler] = {}
         for method, (req_class, attr) in METHODS.items():
-            table[(api.PLUGIN_SERVICE, method)] = self._wrap(method, req_class, getattr(self.handlers, attr))
-        table[(api.PLUGIN_SERVICE, "Shutdown")] = self._wrap("Shutdown", api.Empty, self._shutdown)
+            # A handler may decode its own requests (Synchronize: bounded before it is decoded).
+            decode = getattr(self.handlers, f"decode_{attr}", req_class.FromString)
+            table[(api.PLUGIN_SERVICE, method)] = self._wrap(method, decode, getattr(self.handlers, attr))
+        table[(api.PLUGIN_SERVICE, "Shutdown")] = self._wrap("Shutdown", api.Empty.FromString, self._shutdown)
         return table
 
-    def _wrap(self, method: str, req_class: type, handler: Callable) -> ttrpc.Handler:
+    def _wrap(self, method: str, decode: Callable[[bytes], Any], handler: Callable) -> ttrpc.Handler:
         def call(c: ttrpc.Call) -> bytes:
             self.requests += 1
             try:
-                req = req_class.FromString(c.payload)
-            except (DecodeError, ValueError) as exc:
-                raise ttrpc.RpcError(ttrpc.INVALID_ARGUMENT, f"{method}: undecodable request: {exc}") from None
+                req = decode(c.payload)
+            except (DecodeError, ValueError, RecursionError) as exc:
+                raise ttrpc.RpcError(ttrpc.INVALID_ARGUMENT, f"{method}: undecodable request: {quote(str(exc))}") from None
             start = self.clock()
             try:
-                reply = handler(req)
+                reply = handler(req).SerializeToString()
             except RequestFailed as exc:
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, str(exc)) from None
             except HookError as exc:
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, f"mixed-cpus-hook: {exc.kind}: {exc}") from None
+            except Interrupted:
+                raise ttrpc.RpcError(ttrpc.UNAVAILABLE, f"mixed-cpus-hook: {method}: the plugin is stopping") from None
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the plugin
-                self.reporter.error(f"nri: {method}: internal error: {exc!r}: "
-                                    + " | ".join(traceback.format_exc().strip().splitlines()[-3:]))
-                raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {exc!r}") from None
+                where = " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
+                self.reporter.error(f"nri: {method}: internal error: {quote(exc)}: {where}")
+                raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {quote(exc)}") from None
             took = self.clock() - start
             if took > SLOW_REQUEST:
                 self.reporter.warning(f"nri: {method} took {took:.2f} s (the runtime gives up after 2 s)")
             if method == "Configure":
                 self.configured = True
-            return reply.SerializeToString()
+            return reply
         return call
 
     def _shutdown(self, req: "api.Empty") -> "api.Empty":
@@ -171,17 +260,20 @@ class Plugin:
         return api.Empty()
 
     # -- one connection ------------------------------------------------------------------------
-    def _send(self, sock: socket.socket, conn_id: int, data: bytes) -> None:
-        sock.sendall(mux.format_frames(conn_id, data))
-
     def _maybe_reconcile(self) -> None:
         if self._next_reconcile is not None and self.clock() >= self._next_reconcile:
-            self.handlers.reconcile()
+            try:
+                self.handlers.reconcile()
+            except Exception as exc:  # noqa: BLE001 - a bug in one reconcile must not end the plugin
+                self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + " | ".join(
+                    traceback.format_exc().strip().splitlines()[-3:-1]))
             self._next_reconcile = self.clock() + self.reconcile_interval
 
-    def _timeout(self, deadline: Optional[float]) -> Optional[float]:
+    def _timeout(self, deadline: Optional[float], out: Optional[Outbox] = None) -> Optional[float]:
         """Seconds until the next thing to do (None: block until the socket or a signal)."""
         times = [t for t in (self._next_reconcile, deadline) if t is not None]
+        if out is not None and out.pending:
+            times.append(out.since + self.write_timeout)
         return max(0.0, min(times) - self.clock()) if times else None
 
     def _drain_wake(self) -> None:
@@ -203,68 +295,123 @@ class Plugin:
             self._maybe_reconcile()
 
     def serve(self, sock: socket.socket) -> str:
-        """Register on ``sock`` and serve it until it closes; returns why it ended."""
+        """Register on ``sock`` and serve it until it closes; returns why it ended.
+
+        Whatever goes wrong ends this connection only (a bug outside any one request, say): the
+        plugin reconnects as after a runtime restart.
+        """
+        try:
+            return self._serve(sock)
+        except Exception as exc:  # noqa: BLE001 - nothing the runtime sends may end the process
+            return f"internal error: {quote(exc)}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
+        finally:
+            self._repeats.flush()
+
+    def is_stopping(self) -> bool:
+        """Whether stop() was called (a signal handler may call it at any moment)."""
+        return self.stopping
+
+    def _read(self, sock: socket.socket, demux: mux.Demux, readers: Dict[int, ttrpc.FrameReader],
+              inbox: Deque[Tuple[int, ttrpc.Frame]]) -> Optional[str]:
+        """Read what the runtime sent into ``inbox`` (frames per connection); a reason to drop it, or None."""
+        try:
+            data = sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            return f"connection lost: {exc.strerror or exc}"
+        if not data:
+            return "connection closed by the runtime"
+        try:
+            chunks = demux.feed(data)
+        except mux.MuxError as exc:
+            return f"protocol error: {exc}"
+        dropped: Dict[int, int] = {}
+        for conn_id, payload in chunks:
+            reader = readers.get(conn_id)
+            if reader is None:
+                dropped[conn_id] = dropped.get(conn_id, 0) + len(payload)
+                continue
+            inbox.extend((conn_id, f) for f in reader.feed(payload))
+        for conn_id, size in dropped.items():  # one line per read, not per frame
+            self._repeats.error(f"nri: mux: {size} bytes for connection {conn_id} dropped (only 1 and 2 are NRI's)")
+        return None
+
+    def _serve(self, sock: socket.socket) -> str:
         self.configured = False
         self.handlers.connected()
         self._server.last_stream_id = 0
+        sock.setblocking(False)
+        out = Outbox(sock, self.clock)
         demux = mux.Demux()
         readers = {mux.PLUGIN_SERVICE_CONN: ttrpc.FrameReader(), mux.RUNTIME_SERVICE_CONN: ttrpc.FrameReader()}
+        inbox: Deque[Tuple[int, ttrpc.Frame]] = collections.deque()  # frames read, not yet handled
         client = ttrpc.Client()
         reg = api.RegisterPluginRequest(plugin_name=self.identity.name, plugin_idx=self.identity.index)
-        _sid, frame = client.request(api.RUNTIME_SERVICE, "RegisterPlugin", reg.SerializeToString(),
-                                     timeout_nano=int(self.registration_timeout * 1e9))
-        self._send(sock, mux.RUNTIME_SERVICE_CONN, frame)
+        _sid, register = client.request(api.RUNTIME_SERVICE, "RegisterPlugin", reg.SerializeToString(),
+                                        timeout_nano=int(self.registration_timeout * 1e9))
+        out.add(mux.format_frames(mux.RUNTIME_SERVICE_CONN, register))
         deadline: Optional[float] = self.clock() + self.registration_timeout
         poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
+        fd = sock.fileno()
         while True:
-            timeout = self._timeout(deadline)
-            events = poller.poll(None if timeout is None else timeout * 1000)
+            # Handle what was read while the answers fit; read more only once all is handled.
+            while inbox and out.pending < MAX_OUTBOUND and not self.stopping:
+                conn_id, frame = inbox.popleft()
+                failure = self._handle_frame(client, conn_id, frame, out)
+                if failure:
+                    return failure
             if self.stopping:
                 return "stopped"
+            try:
+                out.flush()
+            except OSError as exc:
+                return f"connection lost: {exc.strerror or exc}"
+            if out.stalled(self.write_timeout):
+                return (f"the runtime read nothing of {out.pending} bytes of answers for {self.write_timeout:g} s: "
+                        "connection dropped")
+            events = (select.POLLIN if not inbox and out.pending < MAX_OUTBOUND else 0) | (
+                select.POLLOUT if out.pending else 0)
+            poller.register(fd, events)  # re-registering replaces the mask
+            timeout = self._timeout(deadline, out)
+            ready = dict(poller.poll(None if timeout is None else timeout * 1000))
+            if self.is_stopping():
+                return "stopped"
             self._drain_wake()
-            if any(fd == sock.fileno() for fd, _ in events):
+            if ready.get(fd, 0) & (select.POLLIN | select.POLLHUP | select.POLLERR) and events & select.POLLIN:
+                failure = self._read(sock, demux, readers, inbox)
+                if failure:
+                    return failure
+            elif ready.get(fd, 0) & (select.POLLHUP | select.POLLERR) and not events & select.POLLIN:
                 try:
-                    data = sock.recv(RECV_SIZE)
+                    out.flush()
                 except OSError as exc:
                     return f"connection lost: {exc.strerror or exc}"
-                if not data:
-                    return "connection closed by the runtime"
-                try:
-                    chunks = demux.feed(data)
-                except mux.MuxError as exc:
-                    return f"protocol error: {exc}"
-                for conn_id, payload in chunks:
-                    reader = readers.get(conn_id)
-                    if reader is None:
-                        self.reporter.error(f"nri: mux: {len(payload)} bytes for connection {conn_id} dropped "
-                                            "(only 1 and 2 are NRI's)")
-                        continue
-                    for frame in reader.feed(payload):
-                        if conn_id == mux.PLUGIN_SERVICE_CONN:
-                            out = self._server.handle(frame)
-                            if out is not None:
-                                self._send(sock, conn_id, out)
-                        else:
-                            failure = self._client_answer(client, frame)
-                            if failure:
-                                return failure
             if deadline is not None and self.configured:
                 deadline = None
             elif deadline is not None and self.clock() >= deadline:
                 return f"not configured by the runtime within {self.registration_timeout:g} s of registering"
             self._maybe_reconcile()
 
+    def _handle_frame(self, client: ttrpc.Client, conn_id: int, frame: ttrpc.Frame, out: Outbox) -> Optional[str]:
+        """One frame: a request served (its answer queued), or an answer to one of our calls."""
+        if conn_id == mux.PLUGIN_SERVICE_CONN:
+            answer = self._server.handle(frame)
+            if answer is not None:
+                out.add(mux.format_frames(conn_id, answer))
+            return None
+        return self._client_answer(client, frame)
+
     def _client_answer(self, client: ttrpc.Client, frame: ttrpc.Frame) -> Optional[str]:
         """Handle the answer to one of our calls; a reason to drop the connection, or None."""
         try:
             _sid, method, _payload, err = client.response(frame)
         except ttrpc.ProtocolError as exc:
-            self.reporter.error(f"nri: {exc} (ignored)")
+            self._repeats.error(f"nri: {exc} (ignored)")
             return None
         if err is not None:
-            return f"{method} refused: {err.message} (code {err.code})"
+            return f"{method} refused: {quote(err.message, bare=True)} (code {err.code})"
         if method.endswith("/RegisterPlugin"):
             self.reporter.info(f"nri: registered as {self.identity.index}-{self.identity.name}")
         return None
@@ -298,7 +445,7 @@ class Plugin:
                 sock.close()
             if self.configured:
                 backoff = BACKOFF_FIRST
-            if self.stopping:
+            if self.is_stopping():
                 break
             level = "info" if why == "connection closed by the runtime" else "error"
             self.reporter.emit(level, f"nri: {why}" + ("; reconnecting" if reconnect else ""))
@@ -333,14 +480,15 @@ def connect_fd(fd: int) -> Callable[[], socket.socket]:
     return connect
 
 
-def main(config, socket_path: Optional[str], name: Optional[str], index: Optional[str],
+def main(config: Config, socket_path: Optional[str], name: Optional[str], index: Optional[str],
          reconcile_interval: float, reporter: Reporter, environ: Optional[Mapping[str, str]] = None,
-         argv0: str = "") -> int:
+         argv0: str = "", write_timeout: float = WRITE_TIMEOUT) -> int:
     """``mixed-cpus-hook nri``: run the plugin in the foreground until SIGTERM/SIGINT."""
     env = os.environ if environ is None else environ
     identity = compute_identity(name, index, env, argv0)
     fd = None if socket_path else parse_socket_fd(env)
-    plugin = Plugin(Handlers(config, reporter), identity, reporter, reconcile_interval=reconcile_interval)
+    plugin = Plugin(Handlers(config, reporter), identity, reporter, reconcile_interval=reconcile_interval,
+                    write_timeout=write_timeout)
     plugin.install_signals()
     where = f"fd {fd} from the runtime" if fd is not None else (socket_path or DEFAULT_SOCKET)
     reporter.info(f"nri: plugin {identity.index}-{identity.name} starting on {where}")

@@ -52,15 +52,17 @@ class Demux:
     def feed(self, data: bytes) -> List[Tuple[int, bytes]]:
         self._buf += data
         out: List[Tuple[int, bytes]] = []
-        while len(self._buf) >= HEADER_LEN:
-            conn_id, length = HEADER.unpack_from(self._buf)
+        buf, at, end = self._buf, 0, len(self._buf)
+        while end - at >= HEADER_LEN:  # one pass, one deletion at the end: the cost follows the bytes
+            conn_id, length = HEADER.unpack_from(buf, at)
             if length > self.max_payload:
                 raise MuxError(f"mux: frame of {length} bytes for connection {conn_id} exceeds the maximum "
                                f"of {self.max_payload}")
-            if len(self._buf) < HEADER_LEN + length:
+            if end - at < HEADER_LEN + length:
                 break
-            out.append((conn_id, bytes(self._buf[HEADER_LEN:HEADER_LEN + length])))
-            del self._buf[:HEADER_LEN + length]
+            out.append((conn_id, bytes(buf[at + HEADER_LEN:at + HEADER_LEN + length])))
+            at += HEADER_LEN + length
+        del buf[:at]
         return out
 
     @property

@@ -20,6 +20,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from google.protobuf.message import DecodeError
 
+from ....core.bounds import MAX_STATUS_MESSAGE, quote
+from ....node.log import format_line
 from .api import build_file, load_classes
 
 HEADER = struct.Struct(">IIBB")
@@ -159,14 +161,25 @@ def parse_request(frame: Frame) -> Call:
                 tuple((kv.key, kv.value) for kv in req.metadata))
 
 
-def format_response(stream_id: int, payload: bytes = b"", code: int = OK, message: str = "") -> bytes:
+def format_response_data(payload: bytes = b"", code: int = OK, message: str = "") -> bytes:
+    """A Response message's bytes; an error status's message is cut to bounds.MAX_STATUS_MESSAGE."""
     resp = ResponseMessage(payload=payload)
     if code != OK:
         resp.status.code = code
-        resp.status.message = message
+        resp.status.message = format_line(message)[:MAX_STATUS_MESSAGE]
     else:
         resp.status.SetInParent()  # an OK status is present but empty, like Go's status.Proto()
-    return format_frame(stream_id, TYPE_RESPONSE, 0, resp.SerializeToString())
+    return resp.SerializeToString()
+
+
+def format_response(stream_id: int, payload: bytes = b"", code: int = OK, message: str = "") -> bytes:
+    """A response frame. A payload too large for one frame becomes a short RESOURCE_EXHAUSTED
+    status instead: no frame built here exceeds the protocol's maximum."""
+    data = format_response_data(payload, code, message)
+    if len(data) > MAX_MESSAGE:
+        data = format_response_data(code=RESOURCE_EXHAUSTED, message=f"response of {len(data)} bytes exceeds the "
+                                    f"maximum message size of {MAX_MESSAGE}")
+    return format_frame(stream_id, TYPE_RESPONSE, 0, data)
 
 
 def parse_response(frame: Frame) -> bytes:
@@ -189,7 +202,8 @@ class Server:
 
     Unary methods only (NRI has no streaming method). ``handlers`` maps (service, method).
     ``on_error(message)`` hears about every request answered with an error and every frame
-    ignored, so that the plugin can log it.
+    ignored, so that the plugin can log it. Whatever a handler raises (an RpcError is its
+    status; anything else is answered INTERNAL) ends only that request.
     """
 
     def __init__(self, handlers: Dict[Tuple[str, str], Handler],
@@ -199,7 +213,7 @@ class Server:
         self.last_stream_id = 0
 
     def _status(self, stream_id: int, code: int, message: str, what: str) -> bytes:
-        self.on_error(f"{what}: answered {message!r} (code {code})")
+        self.on_error(f"{what}: answered {quote(message, MAX_STATUS_MESSAGE)} (code {code})")
         return format_response(stream_id, code=code, message=message)
 
     def handle(self, frame: Frame) -> Optional[bytes]:
@@ -224,12 +238,19 @@ class Server:
             handler = self.handlers.get((call.service, call.method))
             if handler is None:
                 known = {service for service, _ in self.handlers}
-                missing = f"method {call.method}" if call.service in known else f"service {call.service}"
+                missing = (f"method {quote(call.method, bare=True)}" if call.service in known
+                           else f"service {quote(call.service, bare=True)}")
                 raise RpcError(UNIMPLEMENTED, f"{missing}: not implemented")
             where = f"{where}: {call.service}/{call.method}"
-            return format_response(sid, handler(call))
+            data = format_response_data(handler(call))
+            if len(data) > MAX_MESSAGE:
+                return self._status(sid, RESOURCE_EXHAUSTED, f"response of {len(data)} bytes exceeds the maximum "
+                                    f"message size of {MAX_MESSAGE}", where)
+            return format_frame(sid, TYPE_RESPONSE, 0, data)
         except RpcError as exc:
             return self._status(sid, exc.code, exc.message, where)
+        except Exception as exc:  # noqa: BLE001 - one request must never end the connection's server
+            return self._status(sid, INTERNAL, f"internal error: {quote(exc)}", where)
 
 
 class Client:

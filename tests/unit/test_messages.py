@@ -1,0 +1,54 @@
+"""Messages that quote input: one helper (log.quote) cuts and escapes; every log line is one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mixed_cpus_hook.node.log import format_line, quote
+
+QUOTE = [
+    pytest.param("app", {}, "'app'", id="short"),
+    pytest.param("app", {"bare": True}, "app", id="short-bare"),
+    pytest.param("a b ", {"bare": True}, "'a b '", id="bare-keeps-quotes-around-spaces"),
+    pytest.param("\x1b[31m", {"bare": True}, "'\\x1b[31m'", id="bare-escapes"),
+    pytest.param("\0", {}, "'\\x00'", id="nul"),
+    pytest.param("x" * 200, {}, "'" + "x" * 120 + "'... (200 characters)", id="cut"),
+    pytest.param("x" * 200, {"bare": True}, "'" + "x" * 120 + "'... (200 characters)", id="cut-bare"),
+    pytest.param(b"\xff" * 300, {}, "b'" + "\\xff" * 120 + "'... (300 bytes)", id="bytes"),
+    pytest.param(ValueError("v" * 10000), {}, "ValueError('" + "v" * 467, id="exception"),
+    pytest.param("\udc80", {}, "'\\udc80'", id="lone-surrogate"),
+]
+
+
+@pytest.mark.parametrize("value,kw,expected", QUOTE)
+def test_quote(value: Any, kw: Any, expected: str) -> None:
+    got = quote(value, **kw)
+    assert got.startswith(expected), got[:200]
+    assert len(got) <= 4 * 120 + 40
+
+
+@pytest.mark.parametrize("size", [10, 1 << 20, 4 << 20])
+def test_quote_cost_follows_the_limit_not_the_input(size: int) -> None:
+    assert len(quote("\x01" * size)) < 600
+
+
+LINES = [
+    pytest.param("a\nb", "a b", id="newline-joined"),
+    pytest.param("esc \x1b[2J bell \x07 nul \0 del \x7f csi \x9b", "esc \\x1b[2J bell \\x07 nul \\x00 del \\x7f csi \\x9b",
+                 id="control-characters-escaped"),
+    pytest.param("tab\there\r", "tab\\x09here\\x0d", id="tab-and-cr"),
+    pytest.param("bad \udc80 name", "bad \\udc80 name", id="lone-surrogate"),
+    pytest.param("plain é ✓", "plain é ✓", id="printable-unicode-kept"),
+]
+
+
+@pytest.mark.parametrize("message,line", LINES)
+def test_format_line(message: str, line: str) -> None:
+    assert format_line(message) == line
+
+
+def test_format_line_cuts_a_huge_line() -> None:
+    line = format_line("y" * (1 << 20))
+    assert line.endswith("... (cut: 1048576 characters)") and len(line) < 8300
