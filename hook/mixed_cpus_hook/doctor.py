@@ -638,7 +638,7 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
                            f"kubelet's checkpoint {path} is of policy {src['policy']!r}, not 'static': not used; "
                            f"using {fallback}", "set kubelet's cpuManagerPolicy to static"))
     else:
-        checksum = "checksum verified" if src["verified"] else "checksum not verified (0, or the newest format)"
+        checksum = "checksum verified" if src["verified"] else "checksum 0: not verified"
         out.append(Finding("exclusive-source", OK,
                            f"kubelet's checkpoint {path} (policy static, {checksum}, {src['entries']} entr"
                            f"{'y' if src['entries'] == 1 else 'ies'}): the truth for exclusive CPUs"))

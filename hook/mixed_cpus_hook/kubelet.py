@@ -7,15 +7,19 @@ The format is kubernetes pkg/kubelet/cm/cpumanager/state/checkpoint.go:
 - V2 (kubelet 1.18+): ``{"policyName", "defaultCpuSet", "entries": {pod uid: {container name:
   cpulist}}, "checksum"}``, entries left out when there are none;
 - V1 (older): the same with ``"entries": {container id: cpulist}``;
-- newer kubelets may add fields (``podEntries``; a ``data`` string holding the same object
-  with a ``dataChecksum``). Like kubelet (Go's encoding/json) we ignore unknown fields and
-  match field names case-insensitively; when ``data`` is there, it is the state.
+- V4 (kubelet 1.37+, PodLevelResourceManagers: kubernetes PR 139102 "CPU manager checkpoint
+  generalization to v4 with embedded v2"): the state is the JSON document in the string
+  ``data`` (``podEntries`` added), ``dataChecksum`` its checksum; the outer V2 fields are a copy
+  for older kubelets, which a V4 reader ignores. Like kubelet (Go's encoding/json) we ignore
+  unknown fields and match field names case-insensitively.
 
-The checksum is fnv32a over go-spew's ``%#v`` rendering of the Go struct with the checksum
-set to 0 (SortKeys, DisableMethods; V1 renders under the V2 type name). We rebuild that
-string exactly and check it, with tests on checksums kubelet computed; 0 means "no
-checksum" (kubelet accepts it too). The ``dataChecksum`` of the newest format is not
-verified: we have not seen how kubelet computes it.
+The V1/V2 checksum is fnv32a over go-spew's ``%#v`` rendering of the Go struct with the
+checksum set to 0 (SortKeys, DisableMethods; V1 renders under the V2 type name); 0 means "no
+checksum" (kubelet accepts it too). The V4 ``dataChecksum`` is kubelet's ``checksum.New(Data)``:
+the same hash over the rendering of a Go string, ``(string)`` followed by the string itself;
+kubelet accepts no other value, 0 included, and does not fall back to the outer fields when
+``data`` is there. We rebuild both exactly and check them, with tests on checksums kubelet
+computed (tests/unit/test_kubelet.py).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ DEFAULT_STATE_FILE = "/var/lib/kubelet/cpu_manager_state"
 # A node with 8192 CPUs, one container per CPU, stays far below this.
 MAX_SIZE = 4 << 20
 _FIELDS = {"policyname": "policyName", "defaultcpuset": "defaultCpuSet", "entries": "entries",
-           "checksum": "checksum", "data": "data"}
+           "checksum": "checksum", "data": "data", "datachecksum": "dataChecksum"}
 _U64 = 1 << 64
 
 
@@ -53,14 +57,15 @@ class Checkpoint(NamedTuple):
     checksum_verified: bool = False
 
 
-def _fields(doc: Mapping[str, Any], where: str, what: str) -> Dict[str, Any]:
+def _fields(doc: Mapping[str, Any], where: str, what: str, names: Tuple[str, ...] = tuple(_FIELDS.values()),
+            required: bool = True) -> Dict[str, Any]:
     """Go's field matching: case-insensitive, the last duplicate wins, unknown keys ignored."""
     out: Dict[str, Any] = {}
     for key, value in doc.items():
         name = _FIELDS.get(key.lower())
-        if name:
+        if name in names:
             out[name] = value
-    for name in ("policyName", "defaultCpuSet"):
+    for name in ("policyName", "defaultCpuSet") if required else ():
         if name not in out:
             raise KubeletStateError(f"{what}field {name!r} is missing (not a CPU manager checkpoint)", where)
         if not isinstance(out[name], str):
@@ -101,6 +106,24 @@ def compute_fnv32a(data: bytes) -> int:
     return h
 
 
+def compute_data_checksum(data: str) -> int:
+    """kubelet's ``checksum.New(Data)`` of a V4 checkpoint: fnv32a over go-spew's ``%#v`` of a string.
+
+    Go's JSON decoder turns a lone surrogate escape into U+FFFD; Python's keeps it: do as Go.
+    """
+    try:
+        raw = data.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in data).encode("utf-8")
+    return compute_fnv32a(b"(string)" + raw)
+
+
+def _unsigned(value: Any, field: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _U64:
+        raise KubeletStateError(f"field {field!r} must be an unsigned integer, not {value!r:.40}", where)
+    return value
+
+
 def parse_checkpoint(data: bytes, where: str) -> Checkpoint:
     """Parse and check a checkpoint; anything else is a one-line KubeletStateError naming the field."""
     try:
@@ -109,12 +132,12 @@ def parse_checkpoint(data: bytes, where: str) -> Checkpoint:
         raise KubeletStateError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", where) from None
     if not isinstance(doc, dict):
         raise KubeletStateError(f"must be a JSON object, not {_kind(doc)}", where)
-    fields = _fields(doc, where, "")
+    fields = _fields(doc, where, "", required=False)
     inner = fields.get("data")
     verify = True
-    if inner is not None:
-        # The newest format: the state is a JSON document in a string; the outer fields are a
-        # copy for older kubelets. Its own checksum is not checked (see the module docstring).
+    if inner is not None and (inner != "" or fields.get("dataChecksum")):
+        # V4: the state is the JSON document in "data"; the outer fields are a copy for older
+        # kubelets. As kubelet: parse the string, then check its checksum, then its fields.
         if not isinstance(inner, str):
             raise KubeletStateError(f"field 'data' must be a string, not {_kind(inner)}", where)
         try:
@@ -124,8 +147,17 @@ def parse_checkpoint(data: bytes, where: str) -> Checkpoint:
                                     where) from None
         if not isinstance(idoc, dict):
             raise KubeletStateError(f"field 'data' must hold a JSON object, not {_kind(idoc)}", where)
-        fields = _fields(idoc, where, "data: ")
+        if "dataChecksum" not in fields:
+            raise KubeletStateError("field 'dataChecksum' is missing: kubelet refuses 'data' without it", where)
+        stated, computed = _unsigned(fields["dataChecksum"], "dataChecksum", where), compute_data_checksum(inner)
+        if stated != computed:
+            raise KubeletStateError(
+                f"field 'dataChecksum': {stated} does not match the content of 'data' ({computed}); the file is "
+                "corrupt or was not written by kubelet", where)
+        fields = _fields(idoc, where, "data: ", names=("policyName", "defaultCpuSet", "entries"))
         verify = False
+    else:
+        fields = _fields(doc, where, "")
     policy, default_text = fields["policyName"], fields["defaultCpuSet"]
     default = _cpus(default_text, "'defaultCpuSet'", where)
     raw = fields.get("entries", {})
@@ -153,10 +185,8 @@ def parse_checkpoint(data: bytes, where: str) -> Checkpoint:
                 where)
     if len(kinds) > 1:
         raise KubeletStateError("field 'entries' mixes V1 (container id) and V2 (pod uid) entries", where)
-    checksum = fields.get("checksum", 0)
-    if isinstance(checksum, bool) or not isinstance(checksum, int) or not 0 <= checksum < _U64:
-        raise KubeletStateError(f"field 'checksum' must be an unsigned integer, not {checksum!r:.40}", where)
-    verified = False
+    checksum = _unsigned(fields.get("checksum", 0), "checksum", where)
+    verified = not verify
     if verify and checksum:
         # Kubelet tries V2, then V1; a file without entries may carry either checksum.
         shapes = (True,) if "v1" in kinds else (False,) if "v2" in kinds else (False, True)

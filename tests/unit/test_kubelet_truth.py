@@ -459,7 +459,7 @@ def _none(node: Any) -> None:
                  "kubelet's checkpoint {path} (policy static, checksum verified, 1 entry): the truth for exclusive CPUs",
                  id="checkpoint-used"),
     pytest.param(lambda n: n.write_checkpoint({CID: "2-3", "xyz": "4"}, checksum=0), "ok",
-                 "kubelet's checkpoint {path} (policy static, checksum not verified (0, or the newest format), 2 "
+                 "kubelet's checkpoint {path} (policy static, checksum 0: not verified, 2 "
                  "entries)", id="checkpoint-v1-without-checksum"),
     pytest.param(lambda n: None, "ok", "no kubelet checkpoint at {path} (kubelet_state_file): using config.json's cpus "
                  "at start, then the records and cgroups", id="no-checkpoint"),
