@@ -102,7 +102,15 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
     """Re-apply every tracked container whose cgroup no longer holds its mixed set.
 
     Writes nothing where all is in sync; prints one line per fix. Records of containers
-    whose cgroup is gone are removed (and their pod's quota given back).
+    whose cgroup is gone are removed (and their pod's quota given back). A container that
+    cannot be fixed (a broken record, a write the kernel refuses) is one error line on stderr
+    and in the journal; every other container is still reconciled.
+
+    \b
+    Exit codes:
+      0  every tracked container is as it should be (fixed or in sync)
+      1  some container could not be fixed, or its record is broken
+      2  usage error
     """
     from .engine import Outcome, read_node
     from .engine import reconcile as run_reconcile
@@ -132,7 +140,7 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
         update_metrics(config, results, why or "manual", full=container_id is None, reporter=obj.reporter)
     failed = False
     for cid, outcome in results:
-        if outcome.status == "error":
+        if outcome.status in ("error", "broken"):  # already said on stderr and in the journal
             failed = True
             continue
         for line in outcome.lines:
@@ -181,7 +189,9 @@ EXIT_DRIFT = 3
 
 
 @cli.command(context_settings=CONTEXT, short_help='Every tracked container: desired vs actual, in sync or not.')
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects, every value whole.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object, every value whole: {"rows": [one object per container], "problems": '
+                   '[the node\'s problems]}; the problems (and each row\'s that is not in sync) also go to stderr.')
 @click.option("--wide", is_flag=True, help="Every column, nothing shortened (wider than 100 columns).")
 @click.option("--container", "container_id", metavar="ID", help="Only this container (any unique prefix of its id).")
 @click.pass_obj
@@ -211,7 +221,17 @@ def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> 
     except HookError as exc:
         _fail(obj, exc)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"rows": rows, "problems": problems}, indent=2))
+        # stdout is for programs: say on stderr too why the exit code is not 0 (not in the journal:
+        # status only reads).
+        quiet = Reporter(stream=obj.reporter.stream, sink=None)
+        for problem in problems:
+            quiet.error(problem)
+        for r in rows:
+            state = compute_row_state(r)
+            if state != "ok":
+                (quiet.error if state == "error" else quiet.warning)(
+                    f"container {_cell(r.get('id'))[:12]}: {format_row_problem(r) or state}")
     else:
         click.echo(format_status_table(rows, problems, wide))
     sys.exit(compute_status_exit(rows, problems))

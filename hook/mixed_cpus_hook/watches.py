@@ -44,7 +44,7 @@ import sys
 
 from ._compat import NamedTuple
 from .config import load_config
-from .errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
+from .errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, SystemdError, UsageError
 from .log import Reporter
 from .records import PENDING, RECHECK, list_records, load_record, mark_pending, state_lock, watchable
 
@@ -295,7 +295,7 @@ class Systemd:
         code, out, err = self._run(["list-units", "--all", "--plain", "--no-legend", "--full",
                                     *(f"{t}*{WATCH_SUFFIX}" for t in WATCH_TEMPLATES.values())])
         if code != 0:
-            raise HookError(f"systemctl list-units failed: {err.strip() or code}", SYSTEMCTL)
+            raise SystemdError(f"systemctl list-units failed: {err.strip() or code}")
         states = {}
         for line in out.splitlines():
             words = [w for w in line.split() if w not in ("●", "*")]
@@ -309,7 +309,7 @@ class Systemd:
             return
         code, _out, err = self._run([verb, *units])
         if code != 0:
-            raise HookError(f"systemctl {verb} failed: {' '.join(err.split()) or code}", SYSTEMCTL)
+            raise SystemdError(f"systemctl {verb} failed: {' '.join(err.split()) or code}")
 
 
 class SyncReport(NamedTuple):

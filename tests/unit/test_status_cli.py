@@ -142,7 +142,7 @@ def test_status_and_reconcile_take_a_prefix(node: Any, run_hook: Callable, run_c
     node.write(a["rel"], "cpuset.cpus", "2-3")  # kubelet's rewrite
     res = run_cli(cfg + ["status", "--container", "aaaa1111b", "--json"])
     assert res.code == EXIT_DRIFT
-    assert [r["id"] for r in json.loads(res.out)] == ["aaaa1111bbbb2222"]
+    assert [r["id"] for r in json.loads(res.out)["rows"]] == ["aaaa1111bbbb2222"]
     for argv in (["status", "--container", "aaaa1111"], ["reconcile", "--container", "aaaa1111"]):
         res = run_cli(cfg + argv)
         assert res.code == 1
@@ -177,3 +177,18 @@ def test_help_documents_the_exit_codes(run_cli: Callable) -> None:
     res = run_cli(["status", "--help"])
     assert res.code == 0
     assert "0  every container is in sync" in res.out and "3  drift" in res.out and "1  error" in res.out
+
+
+def test_status_json_is_an_object_with_rows_and_problems(node: Any, run_hook: Callable, run_cli: Callable) -> None:
+    """A node-wide problem (no shared-CPU file) is in the JSON, on stderr too, and exits 1."""
+    cfg = ["--config", node.config_path]
+    res = run_cli(cfg + ["status", "--json"])
+    assert (res.code, json.loads(res.out), res.err) == (0, {"rows": [], "problems": []}, "")
+    _apply(run_hook, node, "aaaa1111bbbb2222")
+    os.unlink(node.shared_file)
+    res = run_cli(cfg + ["status", "--json"])
+    assert res.code == 1
+    doc = json.loads(res.out)
+    assert sorted(doc) == ["problems", "rows"] and [r["id"] for r in doc["rows"]] == ["aaaa1111bbbb2222"]
+    assert len(doc["problems"]) == 1 and node.shared_file in doc["problems"][0], doc
+    assert f"mixed-cpus-hook: error: {doc['problems'][0]}" in res.err_lines, res.err
