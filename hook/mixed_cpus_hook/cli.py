@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import click
 
@@ -32,6 +32,28 @@ class Ctx:
         return load_config(self.config_path)
 
 
+def _set_config(ctx: click.Context, _param: click.Parameter, value: Optional[str]) -> None:
+    if value is not None:
+        ctx.find_object(Ctx).config_path = value
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        obj = ctx.find_object(Ctx)
+        obj.verbose = obj.reporter.verbose = True
+
+
+def global_options(config: bool = True) -> Any:
+    """The group's --config and -v, accepted after the command's name as well ("status --config c.yaml")."""
+    def decorate(f: Any) -> Any:
+        if config:
+            f = click.option("--config", "_config", metavar="PATH", expose_value=False, callback=_set_config,
+                             help="The same as the global --config (before or after the command; here wins).")(f)
+        return click.option("-v", "--verbose", "_verbose", is_flag=True, expose_value=False, callback=_set_verbose,
+                            help="The same as the global -v.")(f)
+    return decorate
+
+
 def _fail(ctx: Ctx, exc: HookError) -> None:
     ctx.reporter.error(f"{exc.kind}: {exc}")
     sys.exit(exc.exit_code)
@@ -51,8 +73,14 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
     CRI-O runs `apply` at createRuntime and `release` at poststop (see hooks.d);
     `reconcile` re-applies what kubelet rewrote; `status` shows every tracked container.
 
-    Exit codes: 0 success (or nothing to do, or failure_policy: ignore), 1 error, 2 usage error.
-    Errors are one line on stderr and in the journal (tag mixed-cpus-hook).
+    The global options may also follow the command's name (`status --config c.yaml`).
+
+    \b
+    Exit codes:
+      0  success, nothing to do, or an error under failure_policy: ignore
+      1  error (one line on stderr and in the journal, tag mixed-cpus-hook)
+      2  usage error (a bad command line)
+      3  status only: some container drifted (`reconcile` fixes it)
     """
     ctx.obj = Ctx(config_path, verbose)
 
@@ -60,6 +88,7 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
 @cli.command(context_settings=CONTEXT, short_help='createRuntime hook: run the container on exclusive + shared CPUs.')
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
+@global_options()
 @click.pass_obj
 def apply(obj: Ctx, state_path: Optional[str], dry_run: bool) -> None:
     """createRuntime hook: apply exclusive + shared CPUs and raise CFS quotas.
@@ -75,6 +104,7 @@ def apply(obj: Ctx, state_path: Optional[str], dry_run: bool) -> None:
 
 @cli.command(context_settings=CONTEXT, short_help="poststop hook: give back the pod's quota share, forget the container.")
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
+@global_options()
 @click.pass_obj
 def release(obj: Ctx, state_path: Optional[str]) -> None:
     """poststop hook: give back the container's share of its pod's quota and forget it."""
@@ -96,6 +126,7 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
 @click.option("--why", metavar="TEXT",
               help="The reason the journal gives for each fix (\"reapplied (TEXT): FILE: OLD -> NEW ...\"), "
                    "e.g. what started this run.")
+@global_options()
 @click.pass_obj
 def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: float, sync_watches: bool,
               why: Optional[str]) -> None:
@@ -151,6 +182,7 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
 
 
 @cli.group(context_settings=CONTEXT, short_help='Per-container watch units (run by the systemd units).')
+@global_options()
 def watches() -> None:
     """The per-container watch units (mixed-cpus-hook-watch@ID.path) that trigger reapplies.
 
@@ -163,6 +195,7 @@ def watches() -> None:
 @click.option("--full", is_flag=True,
               help="Compare every record, link directory and loaded watch unit, not only the queued "
                    "containers (<state_dir>/pending/); restart watch units that failed.")
+@global_options()
 @click.pass_obj
 def watches_sync(obj: Ctx, full: bool) -> None:
     """Start the watch unit of every new tracked container and stop those of gone ones.
@@ -194,6 +227,7 @@ EXIT_DRIFT = 3
                    '[the node\'s problems]}; the problems (and each row\'s that is not in sync) also go to stderr.')
 @click.option("--wide", is_flag=True, help="Every column, nothing shortened (wider than 100 columns).")
 @click.option("--container", "container_id", metavar="ID", help="Only this container (any unique prefix of its id).")
+@global_options()
 @click.pass_obj
 def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> None:
     """Every tracked container: its cpuset and quotas, desired against actual.
@@ -382,6 +416,11 @@ def _wrap(text: str, width: int = 100) -> str:
 @click.option("--crio-config", metavar="FILE", help="CRI-O's main file. Default: crio's --config, else /etc/crio/crio.conf.")
 @click.option("--crio-config-dir", metavar="DIR",
               help="CRI-O's drop-in directory. Default: crio's --config-dir, else /etc/crio/crio.conf.d.")
+@click.option("--containerd-config", metavar="FILE",
+              help="containerd's configuration. Default: containerd's --config, else /etc/containerd/config.toml.")
+@click.option("--nri-socket", metavar="PATH",
+              help="The runtime's NRI socket. Default: containerd's socket_path or CRI-O's nri_listen, else "
+                   "/var/run/nri/nri.sock.")
 @click.option("--hooks-dir", "hooks_dirs", metavar="DIR", multiple=True,
               help="Look for the hooks.d files here instead of CRI-O's hooks_dir (repeatable).")
 @click.option("--preset", metavar="FILE", default=None,
@@ -391,24 +430,38 @@ def _wrap(text: str, width: int = 100) -> str:
               help="Query units with this systemctl (also when systemd is not PID 1 here).")
 @click.option("--no-systemd", is_flag=True, help="Do not check the units (reported as a warning).")
 @click.option("--no-detect", is_flag=True,
-              help="Do not read the running kubelet's and crio's command lines for their paths.")
+              help="Do not read the running kubelet's, crio's and containerd's command lines for their paths.")
+@click.option("--no-probe", is_flag=True,
+              help="Skip the thread-affinity probe: it makes (and removes) a scratch cgroup with a child process "
+                   "under the cgroup root, and writes its verdict to <state_dir>/thread-affinity (read by `status`).")
+@global_options()
 @click.pass_obj
 def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state: Optional[str],
-          crio_config: Optional[str], crio_config_dir: Optional[str], hooks_dirs: tuple, preset: Optional[str],
-          systemctl: Optional[str], no_systemd: bool, no_detect: bool) -> None:
+          crio_config: Optional[str], crio_config_dir: Optional[str], containerd_config: Optional[str],
+          nri_socket: Optional[str], hooks_dirs: tuple, preset: Optional[str], systemctl: Optional[str],
+          no_systemd: bool, no_detect: bool, no_probe: bool) -> None:
     """The node doctor: is this node ready for mixed CPUs? Each finding comes with its fix.
 
     Checks the configuration; that the shared CPUs are online and not isolated (isolcpus);
     kubelet's CPU manager (policy static, reservedSystemCPUs covering the shared CPUs, no
-    exclusive assignment in cpu_manager_state on a shared CPU); that CRI-O's hooks_dir holds the
-    hook's apply and release files; that the units are enabled and active; the cgroup version
-    and driver. Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
+    exclusive assignment in cpu_manager_state on a shared CPU); the runtime kubelet uses
+    (CRI-O or containerd); the mode (hook mode: CRI-O's hooks_dir holds the apply and release
+    files; NRI mode: the plugin's unit runs and the runtime serves NRI; never both); that the
+    units are enabled and active; the cgroup version and both drivers.
+
+    It writes two things, both only as root on a real node (--no-probe: neither): the
+    thread-affinity probe makes a scratch cgroup under the cgroup root with a child process
+    in it, and removes both; its verdict goes to <state_dir>/thread-affinity. The report
+    names both.
+
+    Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
     """
     from .doctor import PRESET_PATH, Paths, compute_findings, format_table, read_facts, to_json, worst
 
     paths = Paths(config=obj.config_path, kubelet_config=kubelet_config, kubelet_state=kubelet_state,
                   crio_config=crio_config, crio_config_dir=crio_config_dir, hooks_dirs=tuple(hooks_dirs),
-                  preset=preset or PRESET_PATH, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect)
+                  preset=preset or PRESET_PATH, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect,
+                  containerd_config=containerd_config, nri_socket=nri_socket, probe=not no_probe)
     findings = compute_findings(read_facts(paths))
     if as_json:
         click.echo(json.dumps(to_json(findings), indent=2))
@@ -438,6 +491,7 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
                    "the NRI plugin's unit (see docs/nri.md). NRI mode needs the RPM (python3-protobuf).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
+@global_options(config=False)
 @click.pass_obj
 def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
                   preset: Optional[str], allow_namespace: Tuple[str, ...], no_image: bool, mode: str,
@@ -503,6 +557,7 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--reconcile-interval", type=click.FloatRange(0, 86400), default=10.0, show_default=True,
               metavar="SECONDS", help="Re-apply every tracked container this often (kubelet rewrites pod quotas "
                                       "directly); 0: never.")
+@global_options()
 @click.pass_obj
 def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
         reconcile_interval: float) -> None:

@@ -65,8 +65,9 @@ class Paths(NamedTuple):
     skip_units: bool = False
     detect: bool = True  # read kubelet's and CRI-O's command lines (psutil) for paths not given
     systemd_run_dir: str = SYSTEMD_RUN_DIR
-    containerd_config: str = DEFAULT_CONTAINERD_CONFIG
-    nri_socket: str = DEFAULT_NRI_SOCKET
+    containerd_config: Optional[str] = None  # None: containerd's --config, else DEFAULT_CONTAINERD_CONFIG
+    nri_socket: Optional[str] = None  # None: the runtime's configured socket, else DEFAULT_NRI_SOCKET
+    probe: bool = True  # run the thread-affinity probe (a scratch cgroup; the verdict saved in the state dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +217,8 @@ def read_kubelet_facts(paths: Paths) -> Dict[str, Any]:
     flags = {}
     if argv:
         for key, flag in (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
-                          ("cgroupDriver", "--cgroup-driver")):
+                          ("cgroupDriver", "--cgroup-driver"),
+                          ("containerRuntimeEndpoint", "--container-runtime-endpoint")):
             value = _last(flag_values(argv, flag))
             if value is not None:
                 flags[key] = value
@@ -247,7 +249,7 @@ def read_kubelet_facts(paths: Paths) -> Dict[str, Any]:
             continue  # e.g. kubeadm's /etc/kubernetes/kubelet.conf is a kubeconfig
         facts.update(config_path=path, config_source=source,
                      config={k: doc.get(k) for k in ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver",
-                                                     "kubeReserved", "systemReserved")})
+                                                     "kubeReserved", "systemReserved", "containerRuntimeEndpoint")})
         break
     if paths.kubelet_state:
         facts.update(state_path=paths.kubelet_state, state_source="option")
@@ -274,7 +276,7 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
                              "hooks_dir": list(DEFAULT_HOOKS_DIRS), "hooks_dir_source": "CRI-O's default",
                              "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default",
                              "shared_cpuset": "", "shared_cpuset_source": "CRI-O's default",
-                             "nri": None, "nri_source": "CRI-O's default"}
+                             "nri": None, "nri_source": "CRI-O's default", "nri_listen": None}
     for path in [main] + sorted(glob.glob(os.path.join(glob.escape(conf_dir), "*.conf"))):
         try:
             doc = parse_toml(_read_text(path))
@@ -297,6 +299,9 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
         nri = toml_get(doc, "crio.nri.enable_nri")
         if isinstance(nri, bool):
             facts.update(nri=nri, nri_source=path)
+        listen = toml_get(doc, "crio.nri.nri_listen")
+        if isinstance(listen, str) and listen:
+            facts["nri_listen"] = listen
     if argv:
         shared = _last(flag_values(argv, "--shared-cpuset"))
         if shared is not None:
@@ -397,24 +402,56 @@ def read_cgroup_facts(config: Config) -> Dict[str, Any]:
         return {"version": None, "root": config.cgroup_root, "error": str(exc)}
 
 
+def _toml_at(doc: Any, *keys: str) -> Any:
+    """``doc[k1][k2]...`` with keys that may hold dots (containerd's plugin names); None when absent."""
+    for key in keys:
+        if not isinstance(doc, dict) or key not in doc:
+            return None
+        doc = doc[key]
+    return doc
+
+
+# containerd's runc options: config version 2 (containerd 1.x) and version 3 (containerd 2.x).
+CONTAINERD_RUNC_OPTIONS = (("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+                           ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"))
+
+
 def read_mode_facts(paths: Paths) -> Dict[str, Any]:
-    """What says NRI mode: containerd's NRI setting, the runtime's NRI socket, the plugin's unit."""
-    facts: Dict[str, Any] = {"containerd_config": paths.containerd_config, "containerd_nri": None,
-                             "containerd_error": None, "nri_socket": paths.nri_socket,
-                             "nri_socket_exists": os.path.exists(paths.nri_socket), "nri_unit": NRI_UNIT}
+    """What says NRI mode and how containerd is set up: its NRI setting and socket, its cgroup
+    driver (runc's SystemdCgroup), whether it runs; the plugin's unit."""
+    argv = process_args("containerd") if paths.detect else None
+    config = (paths.containerd_config or (_last(flag_values(argv, "--config", "-c")) if argv else None)
+              or DEFAULT_CONTAINERD_CONFIG)
+    facts: Dict[str, Any] = {"containerd_running": argv is not None, "containerd_config": config,
+                             "containerd_nri": None, "containerd_error": None, "containerd_nri_socket": None,
+                             "containerd_systemd_cgroup": None, "nri_unit": NRI_UNIT}
     try:
-        doc = parse_toml(_read_text(paths.containerd_config))
-        nri = doc.get("plugins", {}).get("io.containerd.nri.v1.nri") if isinstance(doc.get("plugins"), dict) else None
+        doc = parse_toml(_read_text(config))
+        nri = _toml_at(doc, "plugins", "io.containerd.nri.v1.nri")
         if isinstance(nri, dict) and isinstance(nri.get("disable"), bool):
             facts["containerd_nri"] = not nri["disable"]
+        if isinstance(nri, dict) and isinstance(nri.get("socket_path"), str) and nri["socket_path"]:
+            facts["containerd_nri_socket"] = nri["socket_path"]
+        for keys in CONTAINERD_RUNC_OPTIONS:
+            systemd = _toml_at(doc, *keys, "SystemdCgroup")
+            if isinstance(systemd, bool):
+                facts["containerd_systemd_cgroup"] = systemd
     except FileNotFoundError:
         facts["containerd_config"] = None
     except (OSError, UnicodeDecodeError, TomlError) as exc:
-        facts["containerd_error"] = f"{paths.containerd_config}: {_error_text(exc)}"
+        facts["containerd_error"] = f"{config}: {_error_text(exc)}"
     units = read_unit_facts(paths, [NRI_UNIT])
     facts["nri_unit_skipped"] = units["skipped"]
     facts["nri_unit_state"] = units["units"].get(NRI_UNIT, {})
     return facts
+
+
+def compute_nri_socket(paths: Paths, facts: Dict[str, Any]) -> str:
+    """The NRI socket to look for: the option, else the socket the runtime in use is configured with."""
+    runtime = compute_runtime(facts)[0]
+    configured = (facts["mode"].get("containerd_nri_socket") if runtime == "containerd"
+                  else facts["crio"].get("nri_listen"))
+    return paths.nri_socket or configured or DEFAULT_NRI_SOCKET
 
 
 def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
@@ -425,7 +462,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
     units, preset_note = read_units_list(paths.preset)
     unit_facts = read_unit_facts(paths, units)
     unit_facts.update(preset=paths.preset, preset_note=preset_note, checked=units)
-    return {
+    facts = {
         "config": config_facts,
         "cpus": read_cpu_facts(config, config_facts["error"] is None),
         "kubelet": read_kubelet_facts(paths),
@@ -435,9 +472,13 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "cgroup": read_cgroup_facts(config),
         "mode": read_mode_facts(paths),
         "namespaces": {"allowed": list(config.allowed_namespaces), "source": config.source},
-        "thread_affinity": read_affinity_facts(config, save=config_facts["error"] is None),
+        "thread_affinity": (read_affinity_facts(config, save=config_facts["error"] is None) if paths.probe
+                            else {"skipped": "not probed (--no-probe)"}),
         "exclusive_source": read_exclusive_source_facts(config, config_facts["error"] is None),
     }
+    socket = compute_nri_socket(paths, facts)
+    facts["mode"].update(nri_socket=socket, nri_socket_exists=os.path.exists(socket))
+    return facts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -652,6 +693,12 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
 
 def _hooks_findings(facts: Dict[str, Any]) -> List[Finding]:
     crio = facts["crio"]
+    if compute_runtime(facts)[0] == "containerd":
+        files = [h["file"] for h in facts["hooks"]]
+        if not files:
+            return []
+        return [Finding("hooks-d", WARNING, f"containerd runs no hooks.d files: {', '.join(files)} do nothing here "
+                        "(one node, one mode: NRI mode on containerd)", UNINSTALL_HOOK_MODE)]
     prefix = facts["config"]["annotation_prefix"]
     out: List[Finding] = []
     dirs = ", ".join(crio["hooks_dir"]) or "(none)"
@@ -773,14 +820,64 @@ def _cgroup_findings(facts: Dict[str, Any]) -> List[Finding]:
     kubelet_driver = k["flags"].get("cgroupDriver") or (k["config"] or {}).get("cgroupDriver")
     if k["config"] is not None and not kubelet_driver:
         kubelet_driver = DEFAULT_KUBELET_CGROUP_DRIVER
-    crio_driver = crio["cgroup_manager"]
-    seen = f"cgroup v{cg['version']} at {cg['root']}; driver: CRI-O {crio_driver} (from {crio['cgroup_manager_source']})"
+    if compute_runtime(facts)[0] == "containerd":
+        mode = facts["mode"]
+        systemd = mode.get("containerd_systemd_cgroup")
+        runtime_driver = "systemd" if systemd else "cgroupfs"
+        where = f"from {mode['containerd_config']}" if systemd is not None else "containerd's default"
+        runtime_seen = f"containerd {runtime_driver} (SystemdCgroup = {str(bool(systemd)).lower()}, {where})"
+        fix = ("set kubelet's cgroupDriver and containerd's SystemdCgroup (the runc runtime's options) to agree "
+               "(systemd: SystemdCgroup = true)")
+    else:
+        runtime_driver = crio["cgroup_manager"]
+        runtime_seen = f"CRI-O {runtime_driver} (from {crio['cgroup_manager_source']})"
+        fix = "set kubelet's cgroupDriver and CRI-O's cgroup_manager to the same value (systemd)"
+    seen = f"cgroup v{cg['version']} at {cg['root']}; driver: {runtime_seen}"
     if kubelet_driver:
         seen += f", kubelet {kubelet_driver}"
-    if kubelet_driver and kubelet_driver != crio_driver:
-        return [Finding("cgroup", ERROR, seen + ": they differ",
-                        "set kubelet's cgroupDriver and CRI-O's cgroup_manager to the same value (systemd)")]
+    if kubelet_driver and kubelet_driver != runtime_driver:
+        return [Finding("cgroup", ERROR, seen + ": they differ", fix)]
     return [Finding("cgroup", OK, seen)]
+
+
+def compute_runtime(facts: Dict[str, Any]) -> Tuple[Optional[str], str]:
+    """Which container runtime kubelet uses here ("crio", "containerd" or None) and what says so.
+
+    kubelet's containerRuntimeEndpoint first, then the runtime processes that run, then the
+    configuration files found (CRI-O's before containerd's: many nodes carry a containerd
+    configuration for Docker).
+    """
+    k = facts.get("kubelet") or {}
+    endpoint = (k.get("flags") or {}).get("containerRuntimeEndpoint") or (k.get("config") or {}).get(
+        "containerRuntimeEndpoint")
+    if isinstance(endpoint, str):
+        for runtime in ("crio", "containerd"):
+            if runtime in endpoint:
+                return runtime, f"kubelet's containerRuntimeEndpoint {endpoint}"
+    crio, mode = facts.get("crio") or {}, facts.get("mode") or {}
+    if crio.get("running"):
+        return "crio", "crio is running"
+    if mode.get("containerd_running"):
+        return "containerd", "containerd is running"
+    if crio.get("files"):
+        return "crio", f"{crio['files'][0]} exists"
+    if mode.get("containerd_config"):
+        return "containerd", f"{mode['containerd_config']} exists"
+    return None, ("no container runtime found (no containerRuntimeEndpoint in kubelet's configuration, no crio or "
+                  "containerd process, no crio.conf or containerd config.toml)")
+
+
+RUNTIME_LABELS = {"crio": "CRI-O", "containerd": "containerd"}
+UNINSTALL_HOOK_MODE = ("remove the hook-mode files: `dnf remove mixed-cpus-hook-hook-mode` (the RPM), or "
+                       "`make uninstall MODE=hook` (make install)")
+
+
+def _runtime_findings(facts: Dict[str, Any]) -> List[Finding]:
+    runtime, why = compute_runtime(facts)
+    if runtime is None:
+        return [Finding("runtime", WARNING, why, "run the check on the node, or name the runtime's configuration "
+                        "with --crio-config or --containerd-config")]
+    return [Finding("runtime", OK, f"{RUNTIME_LABELS[runtime]} ({why})")]
 
 
 def _hook_mode_files(facts: Dict[str, Any]) -> List[str]:
@@ -794,7 +891,7 @@ def compute_mode(facts: Dict[str, Any]) -> str:
     Hook mode: a hooks.d file in CRI-O's hooks_dir runs ``apply`` at createRuntime. NRI mode:
     the plugin's unit (mixed-cpus-hook-nri.service) is active.
     """
-    hook = bool(_hook_mode_files(facts))
+    hook = bool(_hook_mode_files(facts)) and compute_runtime(facts)[0] != "containerd"
     mode = facts.get("mode") or {}
     nri = (mode.get("nri_unit_state") or {}).get("ActiveState") in ("active", "activating", "reloading")
     return {(True, True): "both", (True, False): "hook", (False, True): "nri"}.get((hook, nri), "none")
@@ -837,10 +934,16 @@ def _mode_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[F
         out.append(Finding("mode", WARNING, f"both modes are set up: {files} (hook mode) and {NRI_UNIT} (NRI mode); "
                            "each asking container is handled twice",
                            f"use one: remove the hooks.d files, or `systemctl disable --now {NRI_UNIT}`"))
+    elif compute_runtime(facts)[0] == "containerd":
+        out.append(Finding("mode", WARNING, f"NRI mode is not set up: {NRI_UNIT} is not active (containerd has no "
+                           "hook mode)", f"install the NRI-mode files and `systemctl enable --now {NRI_UNIT}`"))
+        return out
     else:
         out.append(Finding("mode", WARNING, f"neither mode is set up: no hooks.d file runs `{HOOK_NAME} apply` and "
                            f"{NRI_UNIT} is not active", "install the hooks.d files (hook mode, CRI-O or podman) or "
                            f"`systemctl enable --now {NRI_UNIT}` (NRI mode, containerd or CRI-O)"))
+    if compute_runtime(facts)[0] == "containerd":
+        return out
     crio = facts["crio"]
     theirs = _cpus(crio.get("shared_cpuset")) if crio.get("shared_cpuset") else None
     if crio.get("shared_cpuset"):
@@ -866,6 +969,7 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += cpu
     out += _kubelet_findings(facts, shared)
     out += _exclusive_source_findings(facts)
+    out += _runtime_findings(facts)
     out += _hooks_findings(facts)
     out += _mode_findings(facts, shared)
     out += _unit_findings(facts)
@@ -902,9 +1006,10 @@ def read_affinity_facts(config: Config, save: bool = True) -> Optional[Dict[str,
     if not _is_cgroup_mount(root):
         return None
     result = probe(root)
-    if result.verdict != CANNOT_TELL and save:
-        _save_verdict(config.state_dir, result.verdict)
-    return dict(result._asdict())
+    facts = dict(result._asdict())
+    if result.verdict != CANNOT_TELL and save and _save_verdict(config.state_dir, result.verdict):
+        facts["saved"] = os.path.join(config.state_dir, "thread-affinity")
+    return facts
 
 
 def _is_cgroup_mount(root: str) -> bool:
@@ -922,7 +1027,7 @@ def _is_cgroup_mount(root: str) -> bool:
     return False
 
 
-def _save_verdict(state_dir: str, verdict: str) -> None:
+def _save_verdict(state_dir: str, verdict: str) -> bool:
     """Best effort, atomic, never through a symlink: the engine falls back to the kernel version."""
     try:
         os.makedirs(state_dir, mode=0o755, exist_ok=True)
@@ -934,7 +1039,8 @@ def _save_verdict(state_dir: str, verdict: str) -> None:
             os.close(fd)
         os.replace(tmp, os.path.join(state_dir, "thread-affinity"))
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
@@ -944,7 +1050,14 @@ def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
     probe = facts.get("thread_affinity")
     if not probe:
         return []
+    if probe.get("skipped"):
+        return [Finding("thread-affinity", OK, f"{probe['skipped']}: whether thread pins survive kubelet's rewrite "
+                        "in hook mode is not known")]
     seen = f"kernel {probe['kernel']}, cgroup v{probe['cgroup_version']}: {probe['detail']}"
+    wrote = [f"made and removed the scratch cgroup {probe['scratch']}"] if probe.get("scratch") else []
+    wrote += [f"wrote the verdict to {probe['saved']}"] if probe.get("saved") else []
+    if wrote:
+        seen += f"; {' and '.join(wrote)}"
     if probe["verdict"] == KEPT:
         return [Finding("thread-affinity", OK, f"pins survive a cpuset shrink and regrow ({seen})")]
     if probe["verdict"] == WIDENED:
