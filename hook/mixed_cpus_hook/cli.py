@@ -424,8 +424,9 @@ def _wrap(text: str, width: int = 100) -> str:
 @click.option("--hooks-dir", "hooks_dirs", metavar="DIR", multiple=True,
               help="Look for the hooks.d files here instead of CRI-O's hooks_dir (repeatable).")
 @click.option("--preset", metavar="FILE", default=None,
-              help="The systemd preset naming the units to check. Default: the installed "
-                   "/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset.")
+              help="The systemd preset naming the units to check. Default: the installed mode's, "
+                   "/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset (hook mode) or "
+                   "90-mixed-cpus-hook-nri.preset (NRI mode).")
 @click.option("--systemctl", metavar="PATH",
               help="Query units with this systemctl (also when systemd is not PID 1 here).")
 @click.option("--no-systemd", is_flag=True, help="Do not check the units (reported as a warning).")
@@ -456,11 +457,11 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
 
     Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
     """
-    from .doctor import PRESET_PATH, Paths, compute_findings, format_table, read_facts, to_json, worst
+    from .doctor import Paths, compute_findings, format_table, read_facts, to_json, worst
 
     paths = Paths(config=obj.config_path, kubelet_config=kubelet_config, kubelet_state=kubelet_state,
                   crio_config=crio_config, crio_config_dir=crio_config_dir, hooks_dirs=tuple(hooks_dirs),
-                  preset=preset or PRESET_PATH, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect,
+                  preset=preset, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect,
                   containerd_config=containerd_config, nri_socket=nri_socket, probe=not no_probe)
     findings = compute_findings(read_facts(paths))
     if as_json:

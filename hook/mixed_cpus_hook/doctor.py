@@ -22,6 +22,9 @@ from .cpuset import format_cpulist, parse_cpulist
 from .errors import HookError
 from .machineconfig import DEFAULT_UNITS, PRESET_PATH, parse_preset
 
+# Each mode's preset, as the packages (and `make install MODE=...`) install them.
+PRESET_PATHS = (PRESET_PATH, os.path.join(os.path.dirname(PRESET_PATH), "90-mixed-cpus-hook-nri.preset"))
+
 OK, WARNING, ERROR = "ok", "warning", "error"
 STATUS_ORDER = {OK: 0, WARNING: 1, ERROR: 2}
 
@@ -60,7 +63,7 @@ class Paths(NamedTuple):
     crio_config: Optional[str] = None
     crio_config_dir: Optional[str] = None
     hooks_dirs: Tuple[str, ...] = ()
-    preset: str = PRESET_PATH
+    preset: Optional[str] = None  # None: the installed presets of either mode (PRESET_PATHS)
     systemctl: Optional[str] = None  # None: "systemctl", and only when systemd is PID 1
     skip_units: bool = False
     detect: bool = True  # read kubelet's and CRI-O's command lines (psutil) for paths not given
@@ -384,12 +387,24 @@ def read_unit_facts(paths: Paths, units: Sequence[str]) -> Dict[str, Any]:
     return facts
 
 
-def read_units_list(preset: str) -> Tuple[List[str], Optional[str]]:
-    """The units to check: the installed preset's, else the built-in list (and why)."""
-    try:
-        return parse_preset(_read_text(preset)), None
-    except OSError as exc:
-        return list(DEFAULT_UNITS), f"{preset}: {_error_text(exc)}; checked the built-in list"
+def read_units_list(preset: Optional[str]) -> Tuple[List[str], Optional[str]]:
+    """The units to check: the given preset's, else those of the installed mode's preset (hook or
+    NRI mode's; one node, one mode), else the built-in list of hook mode (and why)."""
+    if preset:
+        try:
+            return parse_preset(_read_text(preset)), None
+        except OSError as exc:
+            return list(DEFAULT_UNITS), f"{preset}: {_error_text(exc)}; checked the built-in list"
+    units: List[str] = []
+    for path in PRESET_PATHS:
+        try:
+            units += [u for u in parse_preset(_read_text(path)) if u not in units]
+        except OSError:
+            continue
+    if units:
+        return units, None
+    return list(DEFAULT_UNITS), (f"no preset of either mode is installed ({', '.join(PRESET_PATHS)}); checked "
+                                 "hook mode's units")
 
 
 def read_cgroup_facts(config: Config) -> Dict[str, Any]:
@@ -461,7 +476,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
     crio = read_crio_facts(paths)
     units, preset_note = read_units_list(paths.preset)
     unit_facts = read_unit_facts(paths, units)
-    unit_facts.update(preset=paths.preset, preset_note=preset_note, checked=units)
+    unit_facts.update(preset=paths.preset or ", ".join(PRESET_PATHS), preset_note=preset_note, checked=units)
     facts = {
         "config": config_facts,
         "cpus": read_cpu_facts(config, config_facts["error"] is None),
@@ -932,8 +947,10 @@ def _mode_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[F
             out.append(Finding("mode", OK, f"NRI mode: {NRI_UNIT} is active; {nri_why}"))
     elif mode == "both":
         out.append(Finding("mode", WARNING, f"both modes are set up: {files} (hook mode) and {NRI_UNIT} (NRI mode); "
-                           "each asking container is handled twice",
-                           f"use one: remove the hooks.d files, or `systemctl disable --now {NRI_UNIT}`"))
+                           "one node, one mode: both front ends act on the same containers",
+                           "keep one. NRI mode: `dnf remove mixed-cpus-hook-hook-mode` (or `make uninstall`, then "
+                           "`make install MODE=nri`). Hook mode: `systemctl disable --now "
+                           f"{NRI_UNIT}` and `dnf remove mixed-cpus-hook-nri-mode`"))
     elif compute_runtime(facts)[0] == "containerd":
         out.append(Finding("mode", WARNING, f"NRI mode is not set up: {NRI_UNIT} is not active (containerd has no "
                            "hook mode)", f"install the NRI-mode files and `systemctl enable --now {NRI_UNIT}`"))

@@ -776,3 +776,19 @@ def test_the_probe_says_what_it_wrote(dnode: DoctorNode) -> None:
     f = by_check(compute_findings(facts), "thread-affinity")
     assert ("made and removed the scratch cgroup /sys/fs/cgroup/cpuset/mixed-cpus-hook-affinity-probe-7" in f.message
             and "wrote the verdict to /run/mixed-cpus-hook/thread-affinity" in f.message), f
+
+
+def test_units_of_the_installed_mode_s_preset(dnode: DoctorNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --preset: the units of whichever mode's preset is installed (an NRI node has no hook-mode one)."""
+    presets = dnode.root / "usr/lib/systemd/system-preset"
+    dnode.preset.unlink()
+    (presets / "90-mixed-cpus-hook-nri.preset").write_text(f"enable {doctor.NRI_UNIT}\n")
+    monkeypatch.setattr(doctor, "PRESET_PATHS", (str(presets / "90-mixed-cpus-hook.preset"),
+                                                 str(presets / "90-mixed-cpus-hook-nri.preset")))
+    dnode.set_units({doctor.NRI_UNIT: dict(HEALTHY_UNIT, SubState="running")})
+    findings = findings_of(dnode, preset=None)
+    assert [f.check for f in findings if f.check.startswith("unit")] == [f"unit:{doctor.NRI_UNIT}"]
+    for p in presets.iterdir():
+        p.unlink()
+    f = by_check(findings_of(dnode, preset=None), "units")
+    assert f.status == WARNING and "no preset of either mode is installed" in f.message, f
