@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Dict
 
 import pytest
@@ -77,6 +78,46 @@ KUBELET_WRITTEN = [
                  '"containerID2": "1-3"}, "checksum": 2026311253}',
                  "static", "7-9", {}, {"containerID1": "4-6", "containerID2": "1-3"}, id="k8s:v1-static"),
 ]
+
+
+# V3 (kubelet 1.36 with the PodLevelResourceManagers gate): V2's fields plus "podEntries" (pod uid ->
+# {"cpuSet": cpulist}: CPUs exclusive to a whole pod), one checksum over go-spew's rendering of the
+# V3 struct, each pod's cpuset a cpuset.CPUSet. Kubelet's own row (state_checkpoint_test.go,
+# "Restore checkpoint from v3 (migration)"), its checksum computed by kubelet's code.
+KUBELET_V3 = ('{"policyName": "static", "defaultCPUSet": "1-2", "entries": {"pod1": {"container1": "5-6", '
+              '"container2": "3-4"}}, "podEntries": {"pod2": {"cpuSet": "7-9"}}, "checksum": 2284712151}')
+
+
+def test_kubelet_written_v3_with_pod_entries_verifies() -> None:
+    ckpt = parse_checkpoint(KUBELET_V3.encode(), WHERE)
+    assert ckpt.checksum_verified
+    assert ckpt.entries == {"pod1": {"container1": frozenset({5, 6}), "container2": frozenset({3, 4})}}
+    assert ckpt.pod_entries == {"pod2": frozenset({7, 8, 9})}
+    # A pod's pod-level CPUs belong to it: never adopted by a container of another pod.
+    assert compute_others(ckpt, "pod1", "container1") == frozenset({3, 4, 7, 8, 9})
+    assert compute_others(ckpt, "pod2", "app") == frozenset({3, 4, 5, 6})
+    assert compute_offline(ckpt, frozenset(range(9))) == (("podEntries.pod2", "9"),)
+
+
+def test_one_changed_cpu_breaks_the_v3_checksum() -> None:
+    with pytest.raises(KubeletStateError, match="field 'checksum': 2284712151 does not match the content"):
+        parse_checkpoint(KUBELET_V3.replace('"7-9"', '"7-8"').encode(), WHERE)
+
+
+POD_ENTRIES_MALFORMED = [
+    pytest.param('{"pod2": []}', "field 'podEntries.pod2' must be an object, not an array", id="entry-array"),
+    pytest.param('{"pod2": {"cpuSet": 7}}', "field 'podEntries.pod2.cpuSet' must be a cpulist string, not an integer",
+                 id="cpuset-number"),
+    pytest.param('{"pod2": {"cpuSet": "x"}}', "field 'podEntries.pod2.cpuSet': 'x' is not a cpulist", id="cpuset-bad"),
+    pytest.param('[]', "field 'podEntries' must be an object, not an array", id="not-an-object"),
+]
+
+
+@pytest.mark.parametrize("pod_entries,message", POD_ENTRIES_MALFORMED)
+def test_pod_entries_malformed(pod_entries: str, message: str) -> None:
+    text = f'{{"policyName": "static", "defaultCpuSet": "0", "podEntries": {pod_entries}}}'
+    with pytest.raises(KubeletStateError, match=re.escape(message)):
+        parse_checkpoint(text.encode(), WHERE)
 
 
 # kubelet's newest format (kubernetes PR 137820, then 139102 "CPU manager checkpoint generalization
