@@ -17,16 +17,18 @@ venv: $(VENV)/.stamp
 deps:
 	sh scripts/install-deps.sh
 
-# The demo needs only the package and its runtime dependencies (no test tools, no apt), and its
-# fake node's hook logs to stderr only: MIXED_CPUS_HOOK_NO_SYSLOG keeps it out of the host's journal.
+# The demo (both modes on fake nodes) needs only the package and its runtime dependencies (no test
+# tools, no apt, no root), and logs to stderr only: MIXED_CPUS_HOOK_NO_SYSLOG keeps it out of the
+# host's journal. `make demo DEMO_ARGS=--keep` keeps the fake nodes.
 DEMO_VENV ?= .venv-demo
 $(DEMO_VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -e .
 	touch $@
 
+DEMO_ARGS ?=
 demo: $(DEMO_VENV)/.stamp
-	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py
+	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py $(DEMO_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check hook tests benchmarks examples
