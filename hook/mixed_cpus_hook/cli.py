@@ -70,8 +70,11 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
     """Give Kubernetes containers their exclusive CPUs plus the node's shared CPUs.
 
     A pod asks with the annotation mixed-cpus.openshift.io/<container-name>: "enable".
-    CRI-O runs `apply` at createRuntime and `release` at poststop (see hooks.d);
-    `reconcile` re-applies what kubelet rewrote; `status` shows every tracked container.
+    One node, one mode. Hook mode: CRI-O or podman runs `apply` at createRuntime and `release`
+    at poststop (hooks.d), and systemd units run `reconcile` when kubelet rewrites a container.
+    NRI mode: `nri`, a plugin for containerd and CRI-O, adjusts containers as they are created
+    and rewrites kubelet's updates in flight. `status` shows every tracked container; `check`
+    tells whether the node is ready.
 
     The global options may also follow the command's name (`status --config c.yaml`).
 
