@@ -491,8 +491,9 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
                    "modules and executables under /usr/local, the hooks.d files in /etc/containers/oci/hooks.d, "
                    "the units in /etc/systemd/system, the configuration as JSON (no click or PyYAML on the node).")
 @click.option("--mode", type=click.Choice(["hook", "nri"]), default="hook", show_default=True,
-              help="hook: CRI-O runs the hook (hooks.d); nri: also enable CRI-O's NRI (a crio.conf.d drop-in) and "
-                   "the NRI plugin's unit (see docs/nri.md). NRI mode needs the RPM (python3-protobuf).")
+              help="hook: CRI-O runs the hook (hooks.d) and the hook-mode units are enabled; nri: CRI-O's NRI "
+                   "enabled (a crio.conf.d drop-in) and the NRI plugin's unit instead (docs/nri.md). One node, one "
+                   "mode: the image layers that mode's RPM (nri: mixed-cpus-hook-nri-mode, python3-protobuf).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @global_options(config=False)
