@@ -452,4 +452,5 @@ def test_make_rpm_from_fresh_clone(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     proc = run(["make", "-C", str(clone), "rpm", f"DIST={tmp_path / 'dist'}"], timeout=MAKE_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert len(list((tmp_path / "dist").glob(f"{NAME}-*.noarch.rpm"))) == 1
+    assert sorted(p.name.split(f"-{version()}-")[0] for p in (tmp_path / "dist").glob(f"{NAME}-*.noarch.rpm")) == [
+        NAME, f"{NAME}-hook-mode", f"{NAME}-nri-mode"]
