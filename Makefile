@@ -18,16 +18,18 @@ venv: $(VENV)/.stamp
 deps:
 	sh scripts/install-deps.sh
 
-# The demo needs only the package and its runtime dependencies (no test tools, no apt), and its
-# fake node's hook logs to stderr only: MIXED_CPUS_HOOK_NO_SYSLOG keeps it out of the host's journal.
+# The demo (both modes on fake nodes) needs only the package and its runtime dependencies (no test
+# tools, no apt, no root), and logs to stderr only: MIXED_CPUS_HOOK_NO_SYSLOG keeps it out of the
+# host's journal. `make demo DEMO_ARGS=--keep` keeps the fake nodes.
 DEMO_VENV ?= .venv-demo
 $(DEMO_VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -e .
 	touch $@
 
+DEMO_ARGS ?=
 demo: $(DEMO_VENV)/.stamp
-	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py
+	MIXED_CPUS_HOOK_NO_SYSLOG=1 $(DEMO_VENV)/bin/python examples/quickstart.py $(DEMO_ARGS)
 
 # ruff (with the complexity limit), the layering contracts of pyproject.toml (import-linter: front
 # ends > operations > use cases > store > node adapters > core), then mypy over the package
@@ -76,12 +78,16 @@ bench-reapply: venv
 clean:
 	rm -rf $(VENV) build dist *.egg-info hook/*.egg-info
 
-# ---- Packaging (issue #4): make install, make rpm; RHEL 9 compatibility: make test-compat --------
+# ---- Packaging: make install / uninstall, make rpm; RHEL 9 compatibility: make test-compat -------------
 NAME := mixed-cpus-hook
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' hook/mixed_cpus_hook/__init__.py)
 
-# `make install DESTDIR=... PREFIX=...` lays down the tree the RPM ships, for any distribution;
-# every directory can be overridden (rpm/mixed-cpus-hook.spec passes its macros).
+# `make install MODE=hook|nri DESTDIR=... PREFIX=...` lays down the tree the RPMs ship, for any
+# distribution, for ONE mode (one node, one mode): MODE=hook the hooks.d files and the units that
+# undo kubelet's rewrites (CRI-O, podman); MODE=nri the NRI plugin's unit (containerd, CRI-O);
+# MODE=all both, for packagers who split them (the spec does). Every directory can be overridden
+# (rpm/mixed-cpus-hook.spec passes its macros). `make uninstall` removes what it laid down.
+MODE ?=
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -93,32 +99,47 @@ PRESETDIR ?= $(PREFIX)/lib/systemd/system-preset
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 # CRI-O reads only this directory by default (crio.conf hooks_dir), whatever PREFIX is.
 HOOKSDIR ?= /usr/share/containers/oci/hooks.d
-# PYTHON builds and installs the package (pip, setuptools); its files go to PYTHON_SITELIB
-# (default: PREFIX's "posix_prefix" site-packages, not Debian's local/ scheme). HOOK_PYTHON is the
-# interpreter in the executable's #! line; BYTECOMPILE (empty: none) compiles the modules for it
-# (hard-linking each .opt-1.pyc that equals its .pyc, as Fedora's brp-python-hardlink does).
+# The TARGET system's python3, which runs everything installed: its path goes into the
+# executable's #! line and the units' ExecStart, its own site directory receives the package
+# (asked of it: the entry of site.getsitepackages() under PREFIX/lib/, e.g. Debian's
+# /usr/lib/python3/dist-packages, RHEL's /usr/lib/python3.9/site-packages), and BYTECOMPILE (empty:
+# none) compiles the modules for it (hard-linking each .opt-1.pyc that equals its .pyc, as Fedora's
+# brp-python-hardlink does). PYTHON3_RUN runs that interpreter from here when it is not this
+# machine's own (e.g. `chroot /srv/target /usr/bin/python3`; then set BYTECOMPILE= too).
+# PYTHON (any python3 with pip) only builds the wheel; a venv's interpreter never reaches the tree.
 # (Each default is computed once, on first use: `X = $(eval X := ...)$(X)`.)
+PYTHON3 ?= /usr/bin/python3
+PYTHON3_RUN ?= $(PYTHON3)
 ifeq ($(origin PYTHON_SITELIB),undefined)
-PYTHON_SITELIB = $(eval PYTHON_SITELIB := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib", "posix_prefix", vars={"base": "$(PREFIX)", "platbase": "$(PREFIX)"}))'))$(PYTHON_SITELIB)
+PYTHON_SITELIB = $(eval PYTHON_SITELIB := $(shell $(PYTHON3_RUN) -c 'import site; p = "$(PREFIX)".rstrip("/") + "/lib/"; \
+    print(next((d for d in site.getsitepackages() if d.startswith(p)), ""))' 2>/dev/null))$(PYTHON_SITELIB)
 endif
-ifeq ($(origin HOOK_PYTHON),undefined)
-HOOK_PYTHON = $(eval HOOK_PYTHON := $(shell $(PYTHON) -c 'import sys; print(sys.executable)'))$(HOOK_PYTHON)
+ifeq ($(origin BYTECOMPILE),undefined)
+BYTECOMPILE = $(eval BYTECOMPILE := $(if $(filter $(PYTHON3),$(PYTHON3_RUN)),$(shell test -x $(PYTHON3) && echo $(PYTHON3))))$(BYTECOMPILE)
 endif
-BYTECOMPILE ?= $(HOOK_PYTHON)
 # Offline build when setuptools and wheel are importable (rpmbuild); else pip fetches them.
 PIP_BUILD_FLAGS ?= $(shell $(PYTHON) -c 'import setuptools, wheel' >/dev/null 2>&1 && echo --no-build-isolation --no-index)
 INSTALL ?= install
 # dist-info/INSTALLER: who installed the package (pip shows it); the spec says rpm.
 DIST_INSTALLER ?= make
+# What `make uninstall` removes: every file and directory install laid down (empty: none written,
+# as for the RPM, whose database keeps that list).
+MANIFEST ?= $(DATADIR)/$(NAME)/install-manifest
 UNITS := $(sort $(wildcard rpm/units/*.service rpm/units/*.path rpm/units/*.timer))
-DOC_FILES := $(wildcard README.md docs/openshift.md)
+NRI_UNITS := rpm/units/$(NAME)-nri.service
+HOOK_UNITS := $(filter-out $(NRI_UNITS),$(UNITS))
+DOC_FILES := $(wildcard README.md docs/openshift.md docs/nri.md)
 MANDIR ?= $(DATADIR)/man
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
 ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
 SCHEMAS := $(sort $(wildcard schemas/*.json))
 STAGE := build/install-stage
+MODE_UNITS = $(if $(filter hook,$(MODE)),$(HOOK_UNITS))$(if $(filter nri,$(MODE)),$(NRI_UNITS))$(if $(filter all,$(MODE)),$(UNITS))
+# The units each mode enables (its preset's "enable" lines).
+MODE_ENABLED = $(shell sed -n 's/^enable //p' $(addprefix rpm/,$(MODE_PRESETS)))
+MODE_PRESETS = $(if $(filter hook all,$(MODE)),90-$(NAME).preset) $(if $(filter nri all,$(MODE)),90-$(NAME)-nri.preset)
 
-.PHONY: install rpm tarball test-compat lint-py39 preset
+.PHONY: install uninstall rpm tarball test-compat lint-py39 preset
 
 # The package goes through pip (a wheel, installed with --target into a staging directory, then
 # copied), so its dist-info metadata is the real one. The executable is a 4-line script, not pip's
@@ -127,16 +148,20 @@ STAGE := build/install-stage
 # CRI-O's environment, which must not steer it through PYTHONPATH & co., and it skips the user
 # site lookups. (-S would save the site module's few ms too, but PyYAML, click and psutil live in
 # site-packages.) The default configuration is installed only where there is none yet (the RPM
-# marks it %config(noreplace)); the units with the paths of BINDIR, HOOK_PYTHON and DOCDIR in
+# marks it %config(noreplace)); the units with the paths of BINDIR, PYTHON3 and DOCDIR in
 # place of /usr/bin/mixed-cpus-hook, /usr/bin/python3 and /usr/share/doc/mixed-cpus-hook; the
 # hooks.d files last and atomically, with hook.path = BINDIR's executable, because hook.path
 # must exist whenever CRI-O (re)loads a file.
 install:
-	@test -n "$(PYTHON_SITELIB)" || { echo "make install: cannot derive PYTHON_SITELIB from $(PYTHON)" >&2; exit 1; }
+	@case "$(MODE)" in hook|nri|all) ;; *) echo "make install: choose the node's mode: MODE=hook (CRI-O or podman runs the hook; the reapply units) or MODE=nri (the NRI plugin; containerd or CRI-O); MODE=all installs both, for packagers only" >&2; exit 2 ;; esac
+	@test -n "$(PYTHON_SITELIB)" || { echo "make install: $(PYTHON3) ($(PYTHON3_RUN)) has no site directory under $(PREFIX)/lib/: set PYTHON_SITELIB, or PYTHON3 to the target's python3" >&2; exit 1; }
+	@if [ "$(MODE)" = nri ] && [ -e "$(DESTDIR)$(HOOKSDIR)/$(NAME).json" ]; then echo "make install MODE=nri: hook mode is installed here ($(DESTDIR)$(HOOKSDIR)/$(NAME).json): one node, one mode: make uninstall first" >&2; exit 1; fi
+	@if [ "$(MODE)" = hook ] && [ -e "$(DESTDIR)$(UNITDIR)/$(NAME)-nri.service" ]; then echo "make install MODE=hook: NRI mode is installed here ($(DESTDIR)$(UNITDIR)/$(NAME)-nri.service): one node, one mode: make uninstall first" >&2; exit 1; fi
 	rm -rf $(STAGE) build/lib build/bdist.*
 	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --no-compile $(PIP_BUILD_FLAGS) --target $(STAGE) .
 	rm -rf $(STAGE)/bin $(STAGE)/*.dist-info/direct_url.json $(STAGE)/*.dist-info/RECORD
 	echo $(DIST_INSTALLER) > $(STAGE)/mixed_cpus_hook-$(VERSION).dist-info/INSTALLER
+	: > $(STAGE)/created
 	$(INSTALL) -d $(DESTDIR)$(PYTHON_SITELIB)
 	rm -rf $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook-*.dist-info
 	cp -R $(STAGE)/mixed_cpus_hook $(STAGE)/mixed_cpus_hook-$(VERSION).dist-info $(DESTDIR)$(PYTHON_SITELIB)/
@@ -146,21 +171,23 @@ install:
 	    for f in $$(find $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook -name '*.opt-1.pyc'); do \
 	        cmp -s "$$f" "$${f%.opt-1.pyc}.pyc" && ln -f "$${f%.opt-1.pyc}.pyc" "$$f"; done; true; fi
 	$(INSTALL) -d $(DESTDIR)$(BINDIR)
-	printf '%s\n' '#!$(HOOK_PYTHON) -I' \
+	printf '%s\n' '#!$(PYTHON3) -I' \
 	    '# mixed-cpus-hook: the OCI hook (hooks.d runs "apply" and "release") and its command line.' \
 	    'from mixed_cpus_hook.frontends.entry import entry' 'entry()' > $(STAGE)/$(NAME)
 	$(INSTALL) -m 755 $(STAGE)/$(NAME) $(DESTDIR)$(BINDIR)/$(NAME)
+	test -d $(DESTDIR)$(SYSCONFDIR)/$(NAME) || echo "d $(SYSCONFDIR)/$(NAME)" >> $(STAGE)/created
 	$(INSTALL) -d $(DESTDIR)$(DATADIR)/$(NAME) $(DESTDIR)$(SYSCONFDIR)/$(NAME) $(DESTDIR)$(UNITDIR) \
-	    $(DESTDIR)$(PRESETDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LICENSEDIR) $(DESTDIR)$(HOOKSDIR)
+	    $(DESTDIR)$(PRESETDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LICENSEDIR)
 	$(INSTALL) -m 644 $(SCHEMAS) $(DESTDIR)$(DATADIR)/$(NAME)/
-	test -e $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml || \
-	    $(INSTALL) -m 644 rpm/config.yaml $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml
-	for u in $(UNITS); do \
-	    sed -e 's#/usr/bin/$(NAME)#$(BINDIR)/$(NAME)#g' -e 's#/usr/bin/python3 #$(HOOK_PYTHON) #g' \
+	test -e $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml || { \
+	    $(INSTALL) -m 644 rpm/config.yaml $(DESTDIR)$(SYSCONFDIR)/$(NAME)/config.yaml && \
+	    echo "c $(SYSCONFDIR)/$(NAME)/config.yaml $$(sha256sum < rpm/config.yaml | cut -d' ' -f1)" >> $(STAGE)/created; }
+	for u in $(MODE_UNITS); do \
+	    sed -e 's#/usr/bin/$(NAME)#$(BINDIR)/$(NAME)#g' -e 's#/usr/bin/python3 #$(PYTHON3) #g' \
 	        -e 's#/usr/share/doc/$(NAME)/#$(DOCDIR)/#g' $$u > $(STAGE)/unit && \
 	    $(INSTALL) -m 644 $(STAGE)/unit $(DESTDIR)$(UNITDIR)/$$(basename $$u) || exit 1; \
 	done
-	$(INSTALL) -m 644 rpm/90-$(NAME).preset $(DESTDIR)$(PRESETDIR)/90-$(NAME).preset
+	for p in $(MODE_PRESETS); do $(INSTALL) -m 644 rpm/$$p $(DESTDIR)$(PRESETDIR)/$$p || exit 1; done
 	$(INSTALL) -m 644 rpm/$(NAME).tmpfiles $(DESTDIR)$(TMPFILESDIR)/$(NAME).conf
 	$(INSTALL) -m 644 $(DOC_FILES) rpm/config.yaml $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 644 LICENSE $(DESTDIR)$(LICENSEDIR)/
@@ -168,17 +195,50 @@ install:
 	$(INSTALL) -m 644 docs/$(NAME).8 $(DESTDIR)$(MANDIR)/man8/$(NAME).8
 	$(INSTALL) -m 644 completion/$(NAME).bash $(DESTDIR)$(BASHCOMPDIR)/$(NAME)
 	$(INSTALL) -m 644 completion/_$(NAME) $(DESTDIR)$(ZSHCOMPDIR)/_$(NAME)
-	for f in hooks.d/*.json; do \
+	if [ "$(MODE)" != nri ]; then $(INSTALL) -d $(DESTDIR)$(HOOKSDIR) && for f in hooks.d/*.json; do \
 	    sed 's#"/usr/bin/$(NAME)"#"$(BINDIR)/$(NAME)"#' $$f > $(STAGE)/hook.json && \
 	    $(INSTALL) -m 644 $(STAGE)/hook.json $(DESTDIR)$(HOOKSDIR)/.$$(basename $$f).tmp && \
 	    mv -f $(DESTDIR)$(HOOKSDIR)/.$$(basename $$f).tmp $(DESTDIR)$(HOOKSDIR)/$$(basename $$f) || exit 1; \
-	done
+	done; fi
+	@if [ -n "$(MANIFEST)" ]; then \
+	    { cat $(STAGE)/created; \
+	      if ! grep -q '^c ' $(STAGE)/created && [ -e $(DESTDIR)$(MANIFEST) ]; then grep '^c ' $(DESTDIR)$(MANIFEST); fi; \
+	      for t in $(PYTHON_SITELIB)/mixed_cpus_hook $(PYTHON_SITELIB)/mixed_cpus_hook-$(VERSION).dist-info \
+	               $(DATADIR)/$(NAME) $(DOCDIR) $(LICENSEDIR); do \
+	          (cd $(DESTDIR)/ && find ".$$t" -type d | sed 's,^\.,d ,' && find ".$$t" ! -type d | sed 's,^\.,f ,'); done; \
+	      for f in $(BINDIR)/$(NAME) $(addprefix $(UNITDIR)/,$(notdir $(MODE_UNITS))) $(addprefix $(PRESETDIR)/,$(MODE_PRESETS)) \
+	               $(TMPFILESDIR)/$(NAME).conf $(MANDIR)/man8/$(NAME).8 $(BASHCOMPDIR)/$(NAME) $(ZSHCOMPDIR)/_$(NAME) \
+	               $(if $(filter nri,$(MODE)),,$(HOOKSDIR)/$(NAME).json $(HOOKSDIR)/$(NAME)-release.json) $(MANIFEST); do \
+	          echo "f $$f"; done; \
+	    } | sort -u > $(STAGE)/manifest && $(INSTALL) -m 644 $(STAGE)/manifest $(DESTDIR)$(MANIFEST); fi
+	@echo "make install: done ($(MODE) mode). Then, as root on the node (the README, \"Install\"):"; \
+	echo "  systemd-tmpfiles --create $(TMPFILESDIR)/$(NAME).conf && systemctl daemon-reload && systemctl enable --now $(MODE_ENABLED)"
 
-# rpm/90-mixed-cpus-hook.preset: enable every non-template unit of rpm/units/ with an [Install]
-# section (tests/unit/test_machineconfig.py fails when it is out of date).
+# `make uninstall` (same DESTDIR and DATADIR, or MANIFEST=...): stops nothing and disables nothing
+# (see the README for the systemctl steps); removes the hooks.d files first (CRI-O must never see
+# one whose executable is gone), then every file of the manifest, then its directories when they
+# are empty. The configuration is kept when it was edited (like rpm's %config), and named.
+uninstall:
+	@m="$(DESTDIR)$(MANIFEST)"; test -n "$(MANIFEST)" && test -f "$$m" || { \
+	    echo "make uninstall: no manifest at $$m: nothing was installed here by make install (with this DESTDIR, PREFIX or DATADIR)" >&2; exit 1; }; \
+	list=$$(cat "$$m"); \
+	printf '%s\n' "$$list" | grep '^f .*/hooks\.d/' | while read -r k p; do rm -f "$(DESTDIR)$$p"; done; \
+	printf '%s\n' "$$list" | grep '^f ' | while read -r k p; do rm -f "$(DESTDIR)$$p"; done; \
+	printf '%s\n' "$$list" | grep '^c ' | while read -r k p sum; do \
+	    if [ "$$(sha256sum < "$(DESTDIR)$$p" 2>/dev/null | cut -d' ' -f1)" = "$$sum" ]; then rm -f "$(DESTDIR)$$p"; \
+	    elif [ -e "$(DESTDIR)$$p" ]; then echo "make uninstall: kept $$p (edited since make install)"; fi; done; \
+	printf '%s\n' "$$list" | grep '^d ' | cut -c3- | awk '{ print length, $$0 }' | sort -rn | cut -d' ' -f2- | \
+	    while read -r p; do rmdir "$(DESTDIR)$$p" 2>/dev/null || true; done; \
+	echo "make uninstall: removed what make install laid down (manifest $(MANIFEST))"
+
+# rpm/90-mixed-cpus-hook.preset (hook mode) and rpm/90-mixed-cpus-hook-nri.preset (NRI mode): each
+# enables its mode's non-template units with an [Install] section (tests/unit/test_machineconfig.py
+# fails when they are out of date).
 preset:
 	PYTHONPATH=hook $(PYTHON) -c 'import sys; from mixed_cpus_hook.ops.machineconfig import preset_for_files; \
-	    sys.stdout.write(preset_for_files(sys.argv[1:]))' $(UNITS) > rpm/90-$(NAME).preset
+	    sys.stdout.write(preset_for_files(sys.argv[1:], "hook"))' $(HOOK_UNITS) > rpm/90-$(NAME).preset
+	PYTHONPATH=hook $(PYTHON) -c 'import sys; from mixed_cpus_hook.ops.machineconfig import preset_for_files; \
+	    sys.stdout.write(preset_for_files(sys.argv[1:], "nri"))' $(NRI_UNITS) > rpm/90-$(NAME)-nri.preset
 
 # The source tarball: every file git tracks or would add (uncommitted work included), else the tree.
 DIST ?= dist
@@ -195,7 +255,7 @@ tarball:
 	        --transform 's,^\./,$(NAME)-$(VERSION)/,' -czf $(TARBALL) .; \
 	fi
 
-# `make rpm`: the binary RPM in $(DIST)/, with rpmbuild -bb. On a host whose package manager is not rpm
+# `make rpm`: the binary RPMs in $(DIST)/ (mixed-cpus-hook, -hook-mode, -nri-mode), with rpmbuild -bb. On a host whose package manager is not rpm
 # (Debian) the rpm database is empty, so BuildRequires cannot be checked there (--nodeps). Where the
 # python-rpm-macros are missing the spec targets RHEL 9's layout (python3.9) and byte-compiles with
 # RPM_BYTECOMPILE when it is set (a python3.9; RHEL's rpmbuild byte-compiles by itself).
@@ -213,7 +273,7 @@ rpm: tarball
 	    $(if $(RPM_BYTECOMPILE),--define "bytecompile_python $(RPM_BYTECOMPILE)") \
 	    rpm/$(NAME).spec
 	rm -rf $(DIST)/rpmbuild
-	@ls -1 $(DIST)/$(NAME)-$(VERSION)-*.rpm
+	@ls -1 $(DIST)/$(NAME)-$(VERSION)-*.rpm $(DIST)/$(NAME)-*-mode-$(VERSION)-*.rpm
 
 # Unit tests on Python 3.9 with the oldest dependency versions we support: those of RHEL 9.
 COMPAT_VENV ?= .venv-py39

@@ -234,7 +234,7 @@ class World:
             problems.append(f"reconcile exited {proc.returncode}: {proc.stderr.strip()}")
         proc = self.cli(["status", "--json"], check=False)
         try:
-            rows = json.loads(proc.stdout)
+            rows = json.loads(proc.stdout)["rows"]
         except ValueError:
             return problems + [f"status --json exited {proc.returncode}, no JSON: {proc.stderr.strip()}"]
         tracked = [r["id"] for r in rows]

@@ -92,7 +92,7 @@ def start(node, runc, what: str, entry: Optional[str] = None, text: Optional[str
 def status(node) -> tuple:
     proc = node.cli("status", "--json")
     assert proc.returncode in (0, 1, 3), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return proc.returncode, json.loads(proc.stdout)["rows"]
 
 
 def test_checkpoint_entry_is_the_truth(mch_node, mch_runc):
@@ -216,7 +216,7 @@ def test_v2_checkpoint_is_the_truth(v2run):
     assert foreign["container"]["cpuset.cpus"] == "0-3" and _inside(foreign) == {"0-3"}
     status = v2run.step("runc", "status_drift")["status"]
     assert status["rc"] == 3, status
-    (row,) = json.loads(status["stdout"])
+    (row,) = json.loads(status["stdout"])["rows"]
     assert row["drift"] == [{"field": "cpuset", "desired": "0,2", "actual": "0-3"}]
     assert "CPUs 1,3 are not this container's in kubelet's checkpoint, refused" in row["problem"]
     back = v2run.step("runc", "reconcile")

@@ -1,8 +1,11 @@
-"""The RPM: `make rpm` on this machine, what it installs, rpmlint, and `make install` giving the same tree.
+"""The RPMs: `make rpm` on this machine, what each installs, rpmlint, and `make install` giving the same tree.
 
-Runs the real tools (make, rpmbuild, rpm, rpm2cpio, cpio, rpmlint); each test skips when one
-is missing. The RPM is built once per module into a temporary directory (DIST=...), so the
-repository's own dist/ is left alone.
+One node, one mode: mixed-cpus-hook (code, configuration, tools) and one of its two conflicting
+subpackages, -hook-mode (hooks.d files, the reapply units) or -nri-mode (the NRI plugin's unit).
+`make install MODE=hook|nri` lays down the same trees, for the target's python3; `make uninstall`
+removes exactly that. Runs the real tools (make, rpmbuild, rpm, rpm2cpio, cpio, rpmlint); each test
+skips when one is missing. The RPMs are built once per module into a temporary directory
+(DIST=...), so the repository's own dist/ is left alone.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def hook_units() -> List[str]:
 RPMLINTRC = REPO / "rpm" / "mixed-cpus-hook.rpmlintrc"
 RPMLINT_CONFIG = REPO / "rpm" / "rpmlint.toml"
 # Distribution policy, and nothing else, is filtered (each filter with a comment above it).
-POLICY_FILTERS = {"no-signature", "no-packager-tag"}
+POLICY_FILTERS = {"no-signature", "no-packager-tag", "no-url-tag", "invalid-url Source0: mixed-cpus-hook-",
+                  "mixed-cpus-hook-(hook|nri)-mode\\.noarch: W: no-documentation"}
 MANPAGE = f"/usr/share/man/man8/{NAME}.8.gz"
 
 
@@ -88,21 +92,26 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
     proc = run(["make", "-C", str(REPO), "rpm", f"DIST={dist}"], timeout=MAKE_TIMEOUT)
     seconds = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    rpms = sorted(dist.glob(f"{NAME}-{version()}-*.noarch.rpm"))
-    assert len(rpms) == 1, sorted(p.name for p in dist.iterdir())
+    rpms = {pkg: sorted(dist.glob(f"{NAME}{suffix}-{version()}-*.noarch.rpm"))
+            for pkg, suffix in (("base", ""), ("hook", "-hook-mode"), ("nri", "-nri-mode"))}
+    assert all(len(found) == 1 for found in rpms.values()), sorted(p.name for p in dist.iterdir())
+    assert len(list(dist.glob("*.rpm"))) == 3
     assert (dist / f"{NAME}-{version()}.tar.gz").is_file()
     assert not (dist / "rpmbuild").exists()
     print(f"make rpm: {seconds:.1f} s")
-    return {"rpm": rpms[0], "dist": dist, "seconds": seconds, "log": proc.stdout}
+    out: Dict[str, object] = {pkg: found[0] for pkg, found in rpms.items()}
+    out.update(rpm=out["base"], dist=dist, seconds=seconds, log=proc.stdout)
+    return out
 
 
 @pytest.fixture(scope="module")
 def payload(built: Dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
     need("rpm2cpio", "cpio")
     root = tmp_path_factory.mktemp("payload")
-    proc = subprocess.run(f"rpm2cpio '{built['rpm']}' | cpio -idm --quiet", shell=True, cwd=root,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
+    for pkg in PACKAGES:  # all three: the union of both modes' trees
+        proc = subprocess.run(f"rpm2cpio '{built[pkg]}' | cpio -idm --quiet", shell=True, cwd=root,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
     return root
 
 
@@ -123,38 +132,61 @@ def rpm_files(rpm: object) -> Dict[str, str]:
 
 # -- what the RPM installs --------------------------------------------------------------------------
 
-def expected_files() -> Set[str]:
-    units = sorted(p.name for p in (REPO / "rpm" / "units").glob("*") if p.suffix in (".service", ".path", ".timer"))
+PACKAGES = ("base", "hook", "nri")
+UNIT_FILES = sorted(p.name for p in (REPO / "rpm" / "units").glob("*") if p.suffix in (".service", ".path", ".timer"))
+NRI_UNIT_FILES = [f"{NAME}-nri.service"]
+HOOK_UNIT_FILES = [u for u in UNIT_FILES if u not in NRI_UNIT_FILES]
+
+
+def expected_files(pkg: str) -> Set[str]:
+    """The plain files each package holds (bytecode and dist-info aside)."""
+    if pkg == "hook":
+        return ({f"{HOOKSDIR}/{NAME}.json", f"{HOOKSDIR}/{NAME}-release.json",
+                 f"/usr/lib/systemd/system-preset/90-{NAME}.preset"}
+                | {f"/usr/lib/systemd/system/{u}" for u in HOOK_UNIT_FILES})
+    if pkg == "nri":
+        return ({f"/usr/lib/systemd/system-preset/90-{NAME}-nri.preset"}
+                | {f"/usr/lib/systemd/system/{u}" for u in NRI_UNIT_FILES})
     package = REPO / "hook" / "mixed_cpus_hook"
     modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
-    docs = [p for p in ("README.md", "docs/openshift.md") if (REPO / p).exists()]
-    return ({f"/usr/bin/{NAME}", f"/etc/{NAME}/config.yaml", f"{HOOKSDIR}/{NAME}.json",
-             f"{HOOKSDIR}/{NAME}-release.json", f"/usr/lib/systemd/system-preset/90-{NAME}.preset",
-             f"/usr/lib/tmpfiles.d/{NAME}.conf", f"/usr/share/licenses/{NAME}/LICENSE",
-             f"/usr/share/doc/{NAME}/config.yaml", MANPAGE, f"/usr/share/bash-completion/completions/{NAME}",
-             f"/usr/share/zsh/site-functions/_{NAME}"}
-            | {f"/usr/lib/systemd/system/{u}" for u in units}
+    docs = ["README.md", "docs/openshift.md", "docs/nri.md"]
+    return ({f"/usr/bin/{NAME}", f"/etc/{NAME}/config.yaml", f"/usr/lib/tmpfiles.d/{NAME}.conf",
+             f"/usr/share/licenses/{NAME}/LICENSE", f"/usr/share/doc/{NAME}/config.yaml", MANPAGE,
+             f"/usr/share/bash-completion/completions/{NAME}", f"/usr/share/zsh/site-functions/_{NAME}"}
             | {f"/usr/share/{NAME}/{p.name}" for p in (REPO / "schemas").glob("*.json")}
             | {f"{SITELIB}/mixed_cpus_hook/{m}" for m in modules}
             | {f"/usr/share/doc/{NAME}/{os.path.basename(d)}" for d in docs})
 
 
-def test_rpm_file_list(built: Dict[str, object]) -> None:
-    files = rpm_files(built["rpm"])
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_rpm_file_list(built: Dict[str, object], pkg: str) -> None:
+    files = rpm_files(built[pkg])
     plain = {p for p, kind in files.items() if kind == "f"}
-    missing = expected_files() - plain
+    missing = expected_files(pkg) - plain
     assert not missing, missing
     dist_info = f"{SITELIB}/mixed_cpus_hook-{version()}.dist-info"
-    assert {f"{dist_info}/METADATA", f"{dist_info}/INSTALLER"} <= plain
-    extra = {p for p in plain - expected_files()
-             if not (p.startswith(dist_info + "/") or (p.startswith(f"{SITELIB}/mixed_cpus_hook/")
-                                                          and "/__pycache__/" in p))}
+    if pkg == "base":
+        assert {f"{dist_info}/METADATA", f"{dist_info}/INSTALLER"} <= plain
+    extra = {p for p in plain - expected_files(pkg)
+             if not (pkg == "base" and (p.startswith(dist_info + "/") or (
+                 p.startswith(f"{SITELIB}/mixed_cpus_hook/") and "/__pycache__/" in p)))}
     assert not extra, extra
-    # Directories it owns: its own, CRI-O's default hooks_dir (co-owned), the ghost state dir.
-    for d in (f"/etc/{NAME}", f"/usr/share/{NAME}", HOOKSDIR, f"/run/{NAME}", f"{SITELIB}/mixed_cpus_hook",
-              f"/usr/share/doc/{NAME}", f"/usr/share/licenses/{NAME}"):
+    # Directories each owns: its own, CRI-O's default hooks_dir (co-owned, hook mode), the ghost state dir.
+    owned = {"base": (f"/etc/{NAME}", f"/usr/share/{NAME}", f"/run/{NAME}", f"{SITELIB}/mixed_cpus_hook",
+                      f"/usr/share/doc/{NAME}", f"/usr/share/licenses/{NAME}"),
+             "hook": (HOOKSDIR,), "nri": ()}[pkg]
+    for d in owned:
         assert files.get(d) == "d", d
     assert not any(p.startswith("/usr/local") or "/bin/" in p and p != f"/usr/bin/{NAME}" for p in files)
+
+
+def test_one_node_one_mode(built: Dict[str, object]) -> None:
+    """The NRI-mode package has no hooks.d file; the two modes conflict; each needs the base package."""
+    assert not any(HOOKSDIR in p for p in rpm_files(built["nri"]))
+    assert rpm_query(built["hook"], "--conflicts").split() == [f"{NAME}-nri-mode"]
+    assert rpm_query(built["nri"], "--conflicts").split() == [f"{NAME}-hook-mode"]
+    for pkg in ("hook", "nri"):
+        assert f"{NAME} = {version()}" in rpm_query(built[pkg], "--requires").splitlines()
 
 
 def test_rpm_metadata(built: Dict[str, object]) -> None:
@@ -164,6 +196,8 @@ def test_rpm_metadata(built: Dict[str, object]) -> None:
     for dep in ("python3 >= 3.9", "python3-click >= 7.1", "python3-jsonschema >= 3.2", "python3-psutil >= 5.8",
                 "python3-pyyaml >= 5.4"):
         assert dep in requires, requires
+    assert "python3-protobuf >= 3.14" in rpm_query(built["nri"], "--requires").splitlines()
+    assert not [r for r in requires if "protobuf" in r], "only NRI mode needs protobuf"
     assert rpm_query(rpm, "--configfiles").split() == [f"/etc/{NAME}/config.yaml"]
     flags = dict(line.split(" ", 1)[::-1] for line in rpm_query(
         rpm, "--qf", "[%{FILEFLAGS:fflags} %{FILENAMES}\n]").splitlines() if " " in line)
@@ -171,15 +205,15 @@ def test_rpm_metadata(built: Dict[str, object]) -> None:
     assert "l" in flags[f"/usr/share/licenses/{NAME}/LICENSE"]
     assert "d" in flags[f"/usr/share/doc/{NAME}/config.yaml"]
     assert "g" in flags[f"/run/{NAME}"]
-    scripts = rpm_query(rpm, "--scripts")
-    post = scripts.split("preuninstall scriptlet")[0]
-    units = hook_units()
-    assert units and all(u in post for u in units)
-    assert "preset" in post and f"/usr/lib/tmpfiles.d/{NAME}.conf" in post
-    preun = scripts.split("preuninstall scriptlet")[1].split("postuninstall scriptlet")[0]
-    assert "disable" in preun and all(u in preun for u in units)
-    postun = scripts.split("postuninstall scriptlet")[1]
-    assert "daemon-reload" in postun and "try-restart" in postun and all(u in postun for u in units)
+    assert f"/usr/lib/tmpfiles.d/{NAME}.conf" in rpm_query(rpm, "--scripts")
+    for pkg, units in (("hook", hook_units()), ("nri", NRI_UNIT_FILES)):
+        scripts = rpm_query(built[pkg], "--scripts")
+        post = scripts.split("preuninstall scriptlet")[0]
+        assert units and all(u in post for u in units) and "preset" in post
+        preun = scripts.split("preuninstall scriptlet")[1].split("postuninstall scriptlet")[0]
+        assert "disable" in preun and all(u in preun for u in units)
+        postun = scripts.split("postuninstall scriptlet")[1]
+        assert "daemon-reload" in postun and "try-restart" in postun and all(u in postun for u in units)
 
 
 def test_rpm_payload(built: Dict[str, object], payload: Path) -> None:
@@ -195,6 +229,8 @@ def test_rpm_payload(built: Dict[str, object], payload: Path) -> None:
     assert config == (REPO / "rpm" / "config.yaml").read_text()
     assert parse_config_text(config, "config.yaml") == Config(source="config.yaml")
     assert parse_preset((payload / f"usr/lib/systemd/system-preset/90-{NAME}.preset").read_text()) == hook_units()
+    assert parse_preset((payload / f"usr/lib/systemd/system-preset/90-{NAME}-nri.preset").read_text()) == NRI_UNIT_FILES
+    assert (payload / f"usr/share/doc/{NAME}/nri.md").read_text() == (REPO / "docs" / "nri.md").read_text()
     tmpfiles = (payload / f"usr/lib/tmpfiles.d/{NAME}.conf").read_text()
     assert re.search(rf"^d\s+/run/{NAME}\s+0755\s+root\s+root\s+-\s*$", tmpfiles, re.M)
     installer = next((payload / SITELIB.lstrip("/")).glob("*.dist-info")) / "INSTALLER"
@@ -241,8 +277,8 @@ def test_rpmlint_clean(built: Dict[str, object]) -> None:
     """No error and no warning on the spec or the RPM, with the project's rpmlintrc and Fedora's settings."""
     need("rpmlint")
     findings: List[str] = []
-    proc = run(["rpmlint", "-c", str(RPMLINT_CONFIG), "-r", str(RPMLINTRC), str(SPEC), str(built["rpm"])],
-               timeout=300)
+    proc = run(["rpmlint", "-c", str(RPMLINT_CONFIG), "-r", str(RPMLINTRC), str(SPEC),
+                *(str(built[pkg]) for pkg in PACKAGES)], timeout=300)
     assert "checked" in proc.stdout, proc.stdout + proc.stderr
     version = run(["rpmlint", "--version"]).stdout.strip()
     for line in proc.stdout.splitlines():
@@ -260,33 +296,120 @@ def test_rpmlint_clean(built: Dict[str, object]) -> None:
     print(proc.stdout)
 
 
-# -- make install: the same tree ------------------------------------------------------------------------
+# -- make install: the same trees, for the target's python3 ---------------------------------------------
 
-def make_install(dest: Path, *overrides: str) -> subprocess.CompletedProcess:
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def make(target: str, dest: Path, *overrides: str, ok: bool = True) -> subprocess.CompletedProcess:
     python = offline_python() or sys.executable
-    proc = run(["make", "-C", str(REPO), "install", f"DESTDIR={dest}", f"PYTHON={python}", *overrides],
+    proc = run(["make", "-C", str(REPO), target, f"DESTDIR={dest}", f"PYTHON={python}", *overrides],
                timeout=MAKE_TIMEOUT)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    if ok:
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc
 
 
+def make_install(dest: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return make("install", dest, *overrides)
+
+
+def system_site(prefix: str) -> str:
+    """What the target's python3 (this machine's own) says its site directory under PREFIX is."""
+    code = f"import site; print(next(d for d in site.getsitepackages() if d.startswith({prefix + '/lib/'!r})))"
+    return run([SYSTEM_PYTHON, "-I", "-c", code]).stdout.strip()
+
+
 def test_make_install_same_tree_as_rpm(built: Dict[str, object], tmp_path: Path) -> None:
-    """`make install PREFIX=/usr` (the RPM's site-packages, no bytecode) lays down the RPM's files."""
-    if offline_python() != "/usr/bin/python3":
+    """`make install MODE=all PREFIX=/usr` (the RPM's site-packages, no bytecode) lays down the three RPMs' files."""
+    if offline_python() != SYSTEM_PYTHON:
         pytest.skip("needs /usr/bin/python3 with setuptools and wheel, as the RPM build uses")
     need("make")
     dest = tmp_path / "root"
-    make_install(dest, "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=")
-    rpm_plain = {p for p, kind in rpm_files(built["rpm"]).items() if kind == "f"}
+    make_install(dest, "MODE=all", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=", "MANIFEST=")
+    rpm_plain = {p for pkg in PACKAGES for p, kind in rpm_files(built[pkg]).items() if kind == "f"}
     # The RPM compresses the man page (brp-compress does on Fedora); make install leaves that to packagers.
     rpm_plain = {p[:-3] if p == MANPAGE else p for p in rpm_plain if "/__pycache__/" not in p}
     assert tree_files(dest) == rpm_plain
 
 
+@pytest.mark.parametrize("mode,pkg", [("hook", "hook"), ("nri", "nri")])
+def test_make_install_one_mode_is_its_packages(built: Dict[str, object], tmp_path: Path, mode: str, pkg: str) -> None:
+    """MODE=hook / MODE=nri: the base package's files and that mode's, nothing of the other (and the manifest)."""
+    if offline_python() != SYSTEM_PYTHON:
+        pytest.skip("needs /usr/bin/python3 with setuptools and wheel, as the RPM build uses")
+    dest = tmp_path / "root"
+    make_install(dest, f"MODE={mode}", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=")
+    rpm_plain = {p for k in ("base", pkg) for p, kind in rpm_files(built[k]).items() if kind == "f"}
+    rpm_plain = {p[:-3] if p == MANPAGE else p for p in rpm_plain if "/__pycache__/" not in p}
+    assert tree_files(dest) == rpm_plain | {f"/usr/share/{NAME}/install-manifest"}
+
+
+def test_make_install_needs_one_mode(tmp_path: Path) -> None:
+    proc = make("install", tmp_path / "root", ok=False)
+    assert proc.returncode != 0 and "choose the node's mode: MODE=hook" in proc.stderr, proc.stderr
+    assert not (tmp_path / "root").exists()
+    make_install(tmp_path / "root", "MODE=hook")
+    proc = make("install", tmp_path / "root", "MODE=nri", ok=False)
+    assert proc.returncode != 0 and "one node, one mode: make uninstall first" in proc.stderr, proc.stderr
+    assert not (tmp_path / f"root/usr/local/lib/systemd/system/{NAME}-nri.service").exists()
+
+
+def test_make_install_for_the_system_python3(tmp_path: Path) -> None:
+    """Built with any python (a venv here), installed for the target's /usr/bin/python3: its site
+    directory (asked of it), its path in the #! line and in every python ExecStart; never the
+    build interpreter's."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip("no /usr/bin/python3 here")
+    dest = tmp_path / "root"
+    proc = run(["make", "-C", str(REPO), "install", f"DESTDIR={dest}", f"PYTHON={sys.executable}", "MODE=hook",
+                "PREFIX=/usr"], timeout=MAKE_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    site = system_site("/usr")
+    assert site and (dest / site.lstrip("/") / "mixed_cpus_hook" / "fastpath.py").is_file(), site
+    assert (dest / "usr/bin" / NAME).read_text().splitlines()[0] == f"#!{SYSTEM_PYTHON} -I"
+    for unit in (dest / "usr/lib/systemd/system").glob("*.service"):
+        for line in unit.read_text().splitlines():
+            if line.startswith("ExecStart="):
+                assert line[len("ExecStart="):].split()[0] in (f"/usr/bin/{NAME}", SYSTEM_PYTHON), (unit.name, line)
+    build_prefix = os.path.realpath(sys.prefix)
+    leaks = [str(p) for p in dest.rglob("*") if p.is_file() and not p.suffix == ".pyc"
+             and build_prefix.encode() in p.read_bytes()]
+    assert not leaks, f"the build interpreter's {build_prefix} in {leaks}"
+    pycache = dest / site.lstrip("/") / "mixed_cpus_hook" / "__pycache__"
+    tag = run([SYSTEM_PYTHON, "-c", "import sys; print(sys.implementation.cache_tag)"]).stdout.strip()
+    assert {p.name.split(".")[1] for p in pycache.glob("*.pyc")} == {tag}, "bytecode is for the target's python3"
+
+
+def test_make_uninstall_removes_exactly_what_install_laid_down(tmp_path: Path) -> None:
+    """Others' files stay; every file install wrote goes, hooks.d first; an edited configuration is kept."""
+    dest = tmp_path / "root"
+    others = {"usr/local/lib/systemd/system/other.service": "x", f"{HOOKSDIR.lstrip('/')}/other.json": "{}",
+              "usr/local/bin/other": "x"}
+    for rel, text in others.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    before = tree_files(dest)
+    for mode in ("hook", "nri"):
+        make_install(dest, f"MODE={mode}")
+        assert tree_files(dest) > before
+        proc = make("uninstall", dest)
+        assert tree_files(dest) == before, proc.stdout
+        assert not [d for d in (f"etc/{NAME}", f"usr/local/share/{NAME}", f"usr/local/share/doc/{NAME}")
+                    if (dest / d).exists()]
+    make_install(dest, "MODE=hook")
+    (dest / f"etc/{NAME}/config.yaml").write_text("failure_policy: ignore\n")
+    proc = make("uninstall", dest)
+    assert f"kept /etc/{NAME}/config.yaml (edited since make install)" in proc.stdout
+    assert tree_files(dest) == before | {f"/etc/{NAME}/config.yaml"}
+    proc = make("uninstall", dest, ok=False)
+    assert proc.returncode != 0 and "nothing was installed here by make install" in proc.stderr
+
+
 def test_make_install_default_prefix(tmp_path: Path) -> None:
     need("make")
     dest = tmp_path / "root"
-    make_install(dest)
+    make_install(dest, "MODE=hook")
     files = tree_files(dest)
     assert "/usr/local/bin/mixed-cpus-hook" in files
     assert "/usr/local/lib/systemd/system-preset/90-mixed-cpus-hook.preset" in files
@@ -294,24 +417,22 @@ def test_make_install_default_prefix(tmp_path: Path) -> None:
     # CRI-O reads only its default hooks_dir: the JSON goes there whatever the prefix, naming the real path.
     hook = json.loads((dest / HOOKSDIR.lstrip("/") / f"{NAME}.json").read_text())
     assert hook["hook"]["path"] == "/usr/local/bin/mixed-cpus-hook"
-    # Units name the installed executable and interpreter, not /usr/bin's.
-    python = offline_python() or sys.executable
+    # Units name the installed executable and the target's interpreter, not /usr/bin's executable.
     for unit in (dest / "usr/local/lib/systemd/system").iterdir():
         text = unit.read_text()
         assert "/usr/bin/mixed-cpus-hook" not in text, unit.name
         assert "/usr/share/doc/" not in text, unit.name
-    real_python = run([python, "-c", "import sys; print(sys.executable)"]).stdout.strip()
     for unit in (dest / "usr/local/lib/systemd/system").glob("*.service"):
         for line in unit.read_text().splitlines():
             if line.startswith("ExecStart="):
                 assert line[len("ExecStart="):].lstrip("-").split()[0] in (
-                    "/usr/local/bin/mixed-cpus-hook", real_python), (unit.name, line)
+                    "/usr/local/bin/mixed-cpus-hook", SYSTEM_PYTHON), (unit.name, line)
     sitelibs = {p.split("/mixed_cpus_hook/")[0] for p in files if "/mixed_cpus_hook/frontends/hook/fastpath.py" in p}
-    assert len(sitelibs) == 1 and re.match(r"^/usr/local/lib/python3\.\d+/site-packages$", sitelibs.pop())
+    assert sitelibs == {system_site("/usr/local")}, sitelibs
     # A second install keeps an edited configuration (like %config(noreplace)).
     config = dest / "etc/mixed-cpus-hook/config.yaml"
     config.write_text("failure_policy: ignore\n")
-    make_install(dest)
+    make_install(dest, "MODE=hook")
     assert config.read_text() == "failure_policy: ignore\n"
     assert not list((dest / HOOKSDIR.lstrip("/")).glob(".*.tmp"))
 
@@ -331,4 +452,5 @@ def test_make_rpm_from_fresh_clone(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     proc = run(["make", "-C", str(clone), "rpm", f"DIST={tmp_path / 'dist'}"], timeout=MAKE_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert len(list((tmp_path / "dist").glob(f"{NAME}-*.noarch.rpm"))) == 1
+    assert sorted(p.name.split(f"-{version()}-")[0] for p in (tmp_path / "dist").glob(f"{NAME}-*.noarch.rpm")) == [
+        NAME, f"{NAME}-hook-mode", f"{NAME}-nri-mode"]

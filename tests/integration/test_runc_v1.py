@@ -41,7 +41,7 @@ def container_files(node, rel: str) -> dict:
 def status_rows(node) -> tuple:
     proc = node.cli("status", "--json")
     assert proc.returncode in (0, 3), proc.stderr  # 0 in sync, 3 drift
-    return proc.returncode, json.loads(proc.stdout)
+    return proc.returncode, json.loads(proc.stdout)["rows"]
 
 
 def test_mixed_container_lifecycle(mch_node, mch_runc):

@@ -219,7 +219,7 @@ def assert_cli(step: dict, key: str, rc: int) -> dict:
 
 def assert_status(step: dict, key: str, rc: int, cid: str, in_sync: bool, actual: str, quota: int) -> dict:
     cli = assert_cli(step, key, rc)
-    rows = json.loads(cli["stdout"])
+    rows = json.loads(cli["stdout"])["rows"]
     assert [r["id"] for r in rows] == [cid], show(rows)
     row = rows[0]
     assert (row["in_sync"], row["actual"], row["desired"], row["exclusive"], row["shared"]) == (

@@ -395,7 +395,7 @@ def test_reconcile_restores_what_kubelet_rewrote(node: Any, run_hook: Callable, 
     node.write(paths["rel"], "cpuset.cpus", "2-3")  # kubelet's CPU manager after a restart
     status = run_cli(["--config", node.config_path, "status", "--json"])
     assert status.code == 3  # drift
-    assert json.loads(status.out)[0]["in_sync"] is False
+    assert json.loads(status.out)["rows"][0]["in_sync"] is False
     dry = run_cli(["--config", node.config_path, "reconcile", "--dry-run"])
     assert dry.code == 0 and "would write" in dry.out
     assert node.read(paths["rel"], "cpuset.cpus") == "2-3"
@@ -409,11 +409,11 @@ def test_reconcile_restores_what_kubelet_rewrote(node: Any, run_hook: Callable, 
 
 def test_status_json(node: Any, run_hook: Callable, run_cli: Callable) -> None:
     paths = node.add_container("abc", quota=200000, pod_quota=200000)
-    assert run_cli(["--config", node.config_path, "status", "--json"]).out.strip() == "[]"
+    assert json.loads(run_cli(["--config", node.config_path, "status", "--json"]).out) == {"rows": [], "problems": []}
     ok(apply(run_hook, node, paths))
     result = run_cli(["--config", node.config_path, "status", "--json"])
     assert result.code == 0, result.err
-    rows = json.loads(result.out)
+    rows = json.loads(result.out)["rows"]
     assert len(rows) == 1
     row = rows[0]
     assert STATUS_KEYS <= set(row)
@@ -441,7 +441,7 @@ def test_record_pointing_outside_the_cgroup_root_is_refused(node: Any, run_hook:
     assert "outside the cgroup root" in result.err
     with open(os.path.join(victim, "cpuset.cpus"), encoding="ascii") as f:
         assert f.read() == "7\n"
-    status = json.loads(run_cli(["--config", node.config_path, "status", "--json"]).out)
+    status = json.loads(run_cli(["--config", node.config_path, "status", "--json"]).out)["rows"]
     assert "outside the cgroup root" in status[0]["problem"]
 
 

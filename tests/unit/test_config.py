@@ -13,19 +13,18 @@ from typing import Any, Dict
 import pytest
 
 from mixed_cpus_hook.core.errors import ConfigError, CpuListError
-from mixed_cpus_hook.node.config import (
-    CACHE_DIR_ENV,
-    CONFIG_ENV,
-    DEFAULT_CONFIG_PATH,
-    Config,
-    _cache_path,
-    load_config,
-    load_shared_cpus,
-    parse_config,
-    parse_config_text,
-    read_online_cpus,
-    resolve_config_path,
-)
+from mixed_cpus_hook.node.config import (CACHE_DIR_ENV,
+                                         MAX_CACHE_ENTRIES,
+                                         CONFIG_ENV,
+                                         DEFAULT_CONFIG_PATH,
+                                         Config,
+                                         _cache_path,
+                                         load_config,
+                                         load_shared_cpus,
+                                         parse_config,
+                                         parse_config_text,
+                                         read_online_cpus,
+                                         resolve_config_path)
 
 GOOD = [
     pytest.param(None, {}, id="empty-file-is-defaults"),
@@ -292,6 +291,39 @@ def test_cache_paths_are_encoded_not_joined(tmp_path: Path) -> None:
     b = _cache_path(cache, "/etc/a%2Fb.yaml")
     assert os.path.dirname(a) == os.path.dirname(b) == cache
     assert a != b
+
+
+def test_writing_an_entry_prunes_those_of_gone_files(tmp_path: Path) -> None:
+    """A node that saw many configuration files (fake nodes, renamed files) keeps no entry for a gone one."""
+    cache = str(tmp_path / "cache")
+    live = write(tmp_path / "live.yaml", "failure_policy: fail\n")
+    load_config(live, cache_dir=cache)
+    gone = []
+    for i in range(40):
+        path = write(tmp_path / f"gone%2F{i}.yaml", "failure_policy: fail\n")
+        load_config(path, cache_dir=cache)
+        os.unlink(path)
+        gone.append(cache_file(path, cache))
+    stale_tmp = cache_file(live, cache) + ".999999.tmp"  # a writer that died between write and rename
+    Path(stale_tmp).write_text("{}")
+    os.utime(stale_tmp, (0, 0))
+    assert all(os.path.exists(g) for g in gone[-1:])
+    new = write(tmp_path / "new.yaml", "failure_policy: ignore\n")
+    assert load_config(new, cache_dir=cache).failure_policy == "ignore"
+    assert sorted(os.listdir(cache)) == sorted(os.path.basename(cache_file(p, cache)) for p in (live, new))
+
+
+def test_the_cache_stays_bounded(tmp_path: Path) -> None:
+    """Even when every file still exists: at most MAX_CACHE_ENTRIES, the least recently written go first."""
+    cache = str(tmp_path / "cache")
+    paths = [write(tmp_path / f"c{i}.yaml", "failure_policy: fail\n") for i in range(MAX_CACHE_ENTRIES + 5)]
+    for i, path in enumerate(paths):
+        load_config(path, cache_dir=cache)
+        os.utime(cache_file(path, cache), (i, i))
+    names = sorted(os.listdir(cache))
+    assert len(names) == MAX_CACHE_ENTRIES
+    assert os.path.basename(cache_file(paths[-1], cache)) in names
+    assert os.path.basename(cache_file(paths[0], cache)) not in names
 
 
 # -- shared and online CPUs -----------------------------------------------------------------

@@ -19,20 +19,18 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 from mixed_cpus_hook.ops import doctor
-from mixed_cpus_hook.ops.doctor import (
-    ERROR,
-    OK,
-    WARNING,
-    Finding,
-    Paths,
-    compute_findings,
-    flag_values,
-    format_table,
-    parse_toml,
-    read_facts,
-    when_problem,
-    worst,
-)
+from mixed_cpus_hook.ops.doctor import (ERROR,
+                                        OK,
+                                        WARNING,
+                                        Finding,
+                                        Paths,
+                                        compute_findings,
+                                        flag_values,
+                                        format_table,
+                                        parse_toml,
+                                        read_facts,
+                                        when_problem,
+                                        worst)
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "rpm" / "90-mixed-cpus-hook.preset"
@@ -172,7 +170,7 @@ def test_healthy_node(dnode: DoctorNode) -> None:
     assert [f for f in findings if f.status != OK] == []
     checks = [f.check for f in findings]
     assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
-                       "cpu-manager-state", "exclusive-source", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
+                       "cpu-manager-state", "exclusive-source", "runtime", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
                       + [f"unit:{u}" for u in UNITS] + ["cgroup", "allowed-namespaces"])
     assert all(f.fix == "" for f in findings)
     assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")
@@ -669,3 +667,126 @@ def test_executable_bits_matter(tmp_path: Path) -> None:
     entries = doctor.read_hook_files([str(tmp_path)])
     assert [e["file"] for e in entries] == [str(tmp_path / "h.json")]
     assert entries[0]["path_ok"] is False  # not even root may execute a file without an x bit
+
+
+# -- a containerd node ------------------------------------------------------------------------------
+
+CONTAINERD_V2 = """version = 2
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "{socket}"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = {systemd}
+"""
+
+
+def containerd_node(dn: DoctorNode, systemd: str = "true", keep_hooks: bool = False) -> Path:
+    """CRI-O's files gone, containerd's config (NRI on, its own socket path), kubelet pointed at containerd."""
+    dn.crio_config.unlink()
+    if not keep_hooks:
+        for p in dn.hooks_dir.iterdir():
+            p.unlink()
+    socket = dn.root / "run/containerd-nri/nri.sock"
+    socket.parent.mkdir(parents=True)
+    socket.write_text("")
+    path = dn.root / "etc/containerd/config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(CONTAINERD_V2.format(socket=socket, systemd=systemd))
+    dn.write_kubelet(containerRuntimeEndpoint="unix:///run/containerd/containerd.sock")
+    dn.set_units({doctor.NRI_UNIT: dict(HEALTHY_UNIT, SubState="running")})
+    (dn.root / "nri.preset").write_text(f"enable {doctor.NRI_UNIT}\n")
+    return socket
+
+
+def test_containerd_node(dnode: DoctorNode) -> None:
+    """containerd: its driver and NRI socket, no CRI-O or hooks.d finding, NRI mode."""
+    socket = containerd_node(dnode)
+    findings = findings_of(dnode, nri_socket=None, preset=str(dnode.root / "nri.preset"))
+    assert [f for f in findings if f.status != OK] == []
+    checks = [f.check for f in findings]
+    assert "runtime" in checks and not {"crio-config", "hook-apply", "hook-release", "crio-shared-cpuset"} & set(checks)
+    assert by_check(findings, "runtime").message.startswith("containerd (kubelet's containerRuntimeEndpoint")
+    cgroup = by_check(findings, "cgroup").message
+    assert "containerd systemd (SystemdCgroup = true" in cgroup and "CRI-O" not in cgroup, cgroup
+    assert f"the runtime's NRI socket {socket} exists" in by_check(findings, "mode").message
+
+
+def test_containerd_driver_mismatch(dnode: DoctorNode) -> None:
+    containerd_node(dnode, systemd="false")
+    f = by_check(findings_of(dnode, nri_socket=None, preset=str(dnode.root / "nri.preset")), "cgroup")
+    assert f.status == ERROR and "containerd cgroupfs" in f.message and "kubelet systemd" in f.message, f
+    assert "SystemdCgroup" in f.fix
+
+
+def test_containerd_node_with_hooks_d_files(dnode: DoctorNode) -> None:
+    """hooks.d files do nothing under containerd: one node, one mode says remove them."""
+    containerd_node(dnode, keep_hooks=True)
+    f = by_check(findings_of(dnode, nri_socket=None, preset=str(dnode.root / "nri.preset"),
+                             hooks_dirs=(str(dnode.hooks_dir),)), "hooks-d")
+    assert f.status == WARNING and "containerd runs no hooks.d files" in f.message, f
+    assert "make uninstall MODE=hook" in f.fix or "hook-mode" in f.fix
+
+
+def test_containerd_node_cli(dnode: DoctorNode, run_cli: Any) -> None:
+    socket = containerd_node(dnode)
+    argv = dnode.argv(preset=str(dnode.root / "nri.preset"))
+    res = run_cli(argv + ["--containerd-config", str(dnode.root / "etc/containerd/config.toml"),
+                          "--nri-socket", str(socket)])
+    assert res.code == 0, res.out + res.err
+    assert "containerd systemd" in res.out and "CRI-O" not in res.out, res.out
+
+
+RUNTIMES = [
+    pytest.param({"kubelet_endpoint": "unix:///var/run/crio/crio.sock", "containerd_running": True}, "crio",
+                 "kubelet's", id="kubelet-endpoint-wins-over-processes"),
+    pytest.param({"containerd_running": True}, "containerd", "running", id="containerd-process"),
+    pytest.param({"crio_running": True, "containerd_running": True}, "crio", "running", id="both-running-crio"),
+    pytest.param({"containerd_config": True}, "containerd", "config.toml", id="containerd-config-file-only"),
+    pytest.param({"crio_files": True, "containerd_config": True}, "crio", "crio.conf", id="crio-files-first"),
+    pytest.param({}, None, "no container runtime", id="nothing-found"),
+]
+
+
+@pytest.mark.parametrize("seen,runtime,why", RUNTIMES)
+def test_compute_runtime(seen: Dict[str, Any], runtime: Optional[str], why: str) -> None:
+    facts = {"kubelet": {"flags": {}, "config": {"containerRuntimeEndpoint": seen.get("kubelet_endpoint")}},
+             "crio": {"running": seen.get("crio_running", False),
+                      "files": ["/etc/crio/crio.conf"] if seen.get("crio_files") else []},
+             "mode": {"containerd_running": seen.get("containerd_running", False),
+                      "containerd_config": "/etc/containerd/config.toml" if seen.get("containerd_config") else None}}
+    got, because = doctor.compute_runtime(facts)
+    assert got == runtime and why in because, because
+
+
+def test_no_probe(dnode: DoctorNode, run_cli: Any) -> None:
+    """--no-probe: no scratch cgroup, no thread-affinity file; the report says it was not probed."""
+    facts = read_facts(dnode.paths(probe=False))
+    f = by_check(compute_findings(facts), "thread-affinity")
+    assert f.status == OK and "not probed (--no-probe)" in f.message
+    assert not os.path.exists(os.path.join(dnode.node.state_dir, "thread-affinity"))
+
+
+def test_the_probe_says_what_it_wrote(dnode: DoctorNode) -> None:
+    facts = read_facts(dnode.paths())
+    facts["thread_affinity"] = {"verdict": "kept", "detail": "seen", "kernel": "6.18", "cgroup_version": 1,
+                                "scratch": "/sys/fs/cgroup/cpuset/mixed-cpus-hook-affinity-probe-7",
+                                "saved": "/run/mixed-cpus-hook/thread-affinity"}
+    f = by_check(compute_findings(facts), "thread-affinity")
+    assert ("made and removed the scratch cgroup /sys/fs/cgroup/cpuset/mixed-cpus-hook-affinity-probe-7" in f.message
+            and "wrote the verdict to /run/mixed-cpus-hook/thread-affinity" in f.message), f
+
+
+def test_units_of_the_installed_mode_s_preset(dnode: DoctorNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --preset: the units of whichever mode's preset is installed (an NRI node has no hook-mode one)."""
+    presets = dnode.root / "usr/lib/systemd/system-preset"
+    dnode.preset.unlink()
+    (presets / "90-mixed-cpus-hook-nri.preset").write_text(f"enable {doctor.NRI_UNIT}\n")
+    monkeypatch.setattr(doctor, "PRESET_PATHS", (str(presets / "90-mixed-cpus-hook.preset"),
+                                                 str(presets / "90-mixed-cpus-hook-nri.preset")))
+    dnode.set_units({doctor.NRI_UNIT: dict(HEALTHY_UNIT, SubState="running")})
+    findings = findings_of(dnode, preset=None)
+    assert [f.check for f in findings if f.check.startswith("unit")] == [f"unit:{doctor.NRI_UNIT}"]
+    for p in presets.iterdir():
+        p.unlink()
+    f = by_check(findings_of(dnode, preset=None), "units")
+    assert f.status == WARNING and "no preset of either mode is installed" in f.message, f

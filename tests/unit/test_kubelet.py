@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Dict
 
 import pytest
 
 from mixed_cpus_hook.core.errors import KubeletStateError
-from mixed_cpus_hook.node.kubelet import (
-    MAX_SIZE,
-    Checkpoint,
-    compute_assigned,
-    compute_fnv32a,
-    compute_offline,
-    compute_others,
-    load_checkpoint,
-    parse_checkpoint,
-)
+from mixed_cpus_hook.node.kubelet import (MAX_SIZE,
+                                          Checkpoint,
+                                          compute_assigned,
+                                          compute_data_checksum,
+                                          compute_fnv32a,
+                                          compute_offline,
+                                          compute_others,
+                                          load_checkpoint,
+                                          parse_checkpoint)
 
 WHERE = "/var/lib/kubelet/cpu_manager_state"
 
@@ -78,6 +78,122 @@ KUBELET_WRITTEN = [
 ]
 
 
+# V3 (kubelet 1.36 with the PodLevelResourceManagers gate): V2's fields plus "podEntries" (pod uid ->
+# {"cpuSet": cpulist}: CPUs exclusive to a whole pod), one checksum over go-spew's rendering of the
+# V3 struct, each pod's cpuset a cpuset.CPUSet. Kubelet's own row (state_checkpoint_test.go,
+# "Restore checkpoint from v3 (migration)"), its checksum computed by kubelet's code.
+KUBELET_V3 = ('{"policyName": "static", "defaultCPUSet": "1-2", "entries": {"pod1": {"container1": "5-6", '
+              '"container2": "3-4"}}, "podEntries": {"pod2": {"cpuSet": "7-9"}}, "checksum": 2284712151}')
+
+
+def test_kubelet_written_v3_with_pod_entries_verifies() -> None:
+    ckpt = parse_checkpoint(KUBELET_V3.encode(), WHERE)
+    assert ckpt.checksum_verified
+    assert ckpt.entries == {"pod1": {"container1": frozenset({5, 6}), "container2": frozenset({3, 4})}}
+    assert ckpt.pod_entries == {"pod2": frozenset({7, 8, 9})}
+    # A pod's pod-level CPUs belong to it: never adopted by a container of another pod.
+    assert compute_others(ckpt, "pod1", "container1") == frozenset({3, 4, 7, 8, 9})
+    assert compute_others(ckpt, "pod2", "app") == frozenset({3, 4, 5, 6})
+    assert compute_offline(ckpt, frozenset(range(9))) == (("podEntries.pod2", "9"),)
+
+
+def test_one_changed_cpu_breaks_the_v3_checksum() -> None:
+    with pytest.raises(KubeletStateError, match="field 'checksum': 2284712151 does not match the content"):
+        parse_checkpoint(KUBELET_V3.replace('"7-9"', '"7-8"').encode(), WHERE)
+
+
+POD_ENTRIES_MALFORMED = [
+    pytest.param('{"pod2": []}', "field 'podEntries.pod2' must be an object, not an array", id="entry-array"),
+    pytest.param('{"pod2": {"cpuSet": 7}}', "field 'podEntries.pod2.cpuSet' must be a cpulist string, not an integer",
+                 id="cpuset-number"),
+    pytest.param('{"pod2": {"cpuSet": "x"}}', "field 'podEntries.pod2.cpuSet': 'x' is not a cpulist", id="cpuset-bad"),
+    pytest.param('[]', "field 'podEntries' must be an object, not an array", id="not-an-object"),
+]
+
+
+@pytest.mark.parametrize("pod_entries,message", POD_ENTRIES_MALFORMED)
+def test_pod_entries_malformed(pod_entries: str, message: str) -> None:
+    text = f'{{"policyName": "static", "defaultCpuSet": "0", "podEntries": {pod_entries}}}'
+    with pytest.raises(KubeletStateError, match=re.escape(message)):
+        parse_checkpoint(text.encode(), WHERE)
+
+
+# kubelet's newest format (kubernetes PR 137820, then 139102 "CPU manager checkpoint generalization
+# to v4 with embedded v2", for PodLevelResourceManagers): the state is the JSON string "data", and
+# "dataChecksum" is checksum.New(Data): fnv32a over go-spew's %#v of the Go string, i.e. over
+# "(string)" + data. The (data, checksum) pairs below are kubelet's own: the contents its
+# state_checkpoint_test.go restores successfully, checksums computed by kubelet's code (the test
+# file of PR 137820, which stored the same checksum of the same string under "checksum"). The outer
+# fields are the V2 copy for older kubelets, which a V4 reader ignores: here deliberately stale.
+KUBELET_DATA_WRITTEN = [
+    pytest.param('{"policyName":"none","defaultCPUSet":"4-6"}', 657950972, "none", "4-6", {},
+                 id="k8s:v4-default-cpuset"),
+    pytest.param('{"policyName":"static","defaultCPUSet":"7-9","entries":{"pod":{"container1":"4-6",'
+                 '"container2":"1-3"}}}', 1420829534, "static", "7-9",
+                 {"pod": {"container1": "4-6", "container2": "1-3"}}, id="k8s:v4-entries"),
+    pytest.param('{"policyName":"other","defaultCPUSet":"1-3"}', 2380595610, "other", "1-3", {},
+                 id="k8s:v4-other-policy"),
+    pytest.param('{"policyName":"none","defaultCPUSet":"4-6","unknownField":"value"}', 3492408555, "none", "4-6", {},
+                 id="k8s:v4-unknown-field"),
+    pytest.param('{"policyName":"static","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6",'
+                 '"container2":"7-9"}},"podEntries":{"pod":{"cpuSet":"4-10"}}}', 2328898362, "static", "1-3",
+                 {"pod": {"container1": "4-6", "container2": "7-9"}}, id="k8s:v4-pod-level-entries"),
+]
+
+
+def _v4_file(data: str, data_checksum: Any, **outer: Any) -> bytes:
+    doc: Dict[str, Any] = {"policyName": "static", "defaultCpuSet": "0-63", "entries": {"stale": {"x": "9"}},
+                           "checksum": 0, "data": data}
+    if data_checksum is not None:
+        doc["dataChecksum"] = data_checksum
+    doc.update(outer)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("data,data_checksum,policy,default,entries", KUBELET_DATA_WRITTEN)
+def test_kubelet_written_data_checksums_verify(data: str, data_checksum: int, policy: str, default: str,
+                                               entries: Dict[str, Any]) -> None:
+    ckpt = parse_checkpoint(_v4_file(data, data_checksum), WHERE)
+    assert ckpt.checksum_verified
+    assert (ckpt.policy, ckpt.default, ckpt.entries) == (policy, _sets({"d": default})["d"], _sets(entries))
+    assert compute_data_checksum(data) == data_checksum
+
+
+@pytest.mark.parametrize("data,data_checksum", [p.values[:2] for p in KUBELET_DATA_WRITTEN],
+                         ids=[p.id for p in KUBELET_DATA_WRITTEN])
+def test_one_changed_byte_breaks_the_data_checksum(data: str, data_checksum: int) -> None:
+    changed = data.replace('"defaultCPUSet":"', '"defaultCPUSet":"0,')
+    with pytest.raises(KubeletStateError, match=f"field 'dataChecksum': {data_checksum} does not match the "
+                                                "content of 'data'"):
+        parse_checkpoint(_v4_file(changed, data_checksum), WHERE)
+
+
+# kubelet's own failing rows: a checksum that does not match, and data with no dataChecksum at all
+# (kubelet then reads the file as a corrupt V4 checkpoint and does not fall back to older versions).
+DATA_MALFORMED = [
+    pytest.param(_v4_file('{"policyName":"none","defaultCPUSet":"4-6"}', 1234),
+                 "field 'dataChecksum': 1234 does not match the content of 'data' (657950972)", id="k8s:v4-bad-checksum"),
+    pytest.param(_v4_file('{"policyName":"none","defaultCPUSet":"4-6"}', None, checksum=657950972),
+                 "field 'dataChecksum' is missing", id="data-without-data-checksum"),
+    pytest.param(_v4_file('{"policyName":"none","defaultCPUSet":"4-6"}', 0),
+                 "field 'dataChecksum': 0 does not match", id="data-checksum-zero"),
+    pytest.param(_v4_file('{"policyName":"none","defaultCPUSet":"4-6"}', "657950972"),
+                 "field 'dataChecksum' must be an unsigned integer", id="data-checksum-string"),
+    pytest.param(_v4_file('{"policyName":"none","defaultCPUSet":"1.3"}', 3033143655),
+                 "field 'defaultCpuSet': '1.3' is not a cpulist", id="k8s:v4-unparsable-default"),
+    pytest.param(_v4_file('{"policyName":"static","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6",'
+                          '"container2":"asd"}}}', 3794806925),
+                 "field 'entries.pod.container2': 'asd' is not a cpulist", id="k8s:v4-unparsable-entry"),
+]
+
+
+@pytest.mark.parametrize("data,message", DATA_MALFORMED)
+def test_parse_data_malformed(data: bytes, message: str) -> None:
+    with pytest.raises(KubeletStateError) as info:
+        parse_checkpoint(data, WHERE)
+    assert message in str(info.value) and str(info.value).startswith(WHERE + ": ")
+
+
 def _sets(entries: Dict[str, Any]) -> Dict[str, Any]:
     from mixed_cpus_hook.core.cpuset import parse_cpulist
 
@@ -112,12 +228,10 @@ GOOD = [
     pytest.param({"policyName": "static", "defaultCpuSet": "0-1", "podEntries": {"u2": {"cpuSet": "7-9"}},
                   "entries": {"u1": {"a": "2"}}}, "static", {0, 1}, {"u1": {"a": frozenset({2})}},
                  id="unknown-fields-ignored"),
-    pytest.param({"policyName": "other", "defaultCpuSet": "1-9", "checksum": 1234,
-                  "data": json.dumps({"policyName": "static", "defaultCPUSet": "7-9",
-                                      "entries": {"pod": {"c1": "4-6"}}}), "dataChecksum": 1},
-                 "static", {7, 8, 9}, {"pod": {"c1": frozenset({4, 5, 6})}}, id="newest-format-data-string"),
     pytest.param({"policyName": "static", "defaultCpuSet": "", "entries": {"u1": {}}}, "static", set(),
                  {"u1": {}}, id="pod-without-containers"),
+    pytest.param({"policyName": "static", "defaultCpuSet": "2", "data": ""}, "static", {2}, {},
+                 id="empty-data-no-data-checksum-is-the-v2-file"),
 ]
 
 
@@ -169,8 +283,9 @@ MALFORMED = [
                  "field 'data' must be a string, not an integer", id="data-number"),
     pytest.param(b'{"policyName": "static", "defaultCpuSet": "0", "data": "{"}',
                  "field 'data' is not valid JSON", id="data-not-json"),
-    pytest.param(b'{"policyName": "static", "defaultCpuSet": "0", "data": "{\\"policyName\\": \\"static\\"}"}',
+    pytest.param(_v4_file('{"policyName": "static"}', compute_data_checksum('{"policyName": "static"}')),
                  "data: field 'defaultCpuSet' is missing", id="data-incomplete"),
+    pytest.param(_v4_file("", 1), "field 'data' is not valid JSON", id="data-empty-with-checksum"),
 ]
 
 
@@ -219,6 +334,12 @@ def test_offline_cpus_are_named() -> None:
         ("defaultCpuSet", "8-9"), ("entries.uid-b.app", "6"))
     assert compute_offline(_v1(), frozenset({0, 1, 2, 3})) == (("entries.cid2", "4-5"),)
     assert compute_offline(_v2(), frozenset(range(16))) == ()
+
+
+def test_data_checksum_of_a_lone_surrogate_is_that_of_go_replacement_character() -> None:
+    # Go's JSON decoder reads "\\ud800" as U+FFFD; the checksum is over the bytes Go holds.
+    assert compute_data_checksum('{"a":"\\ud800"}'.encode().decode("unicode_escape")) == \
+        compute_data_checksum('{"a":"\\ufffd"}'.encode().decode("unicode_escape"))
 
 
 def test_fnv32a_known_values() -> None:

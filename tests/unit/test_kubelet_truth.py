@@ -69,7 +69,7 @@ class Truth:
 
     def status(self) -> List[Dict[str, Any]]:
         res = self.cli("status", "--json")
-        return json.loads(res.out)
+        return json.loads(res.out)["rows"]
 
     def cpuset(self) -> str:
         return self.node.read(self.rel, "cpuset.cpus")
@@ -144,7 +144,7 @@ def test_foreign_write_is_refused_and_written_back(truth: Truth, written: str, r
     # status before the reconcile: the drift and the refusal, exit 3
     res = truth.cli("status", "--json")
     assert res.code == EXIT_DRIFT, res.out + res.err
-    (row,) = json.loads(res.out)
+    (row,) = json.loads(res.out)["rows"]
     assert row["drift"] == [{"field": "cpuset", "desired": "0-1,4-5", "actual": written}]
     assert (row["exclusive"], row["exclusive_source"], row["in_sync"]) == ("4-5", "kubelet-checkpoint", False)
     note = f"cgroup held {written}: CPUs {refused} are not this container's in kubelet's checkpoint, refused"
@@ -281,7 +281,7 @@ def test_without_a_checkpoint_todays_behaviour(truth: Truth, written: str, after
                                "0-3: kubelet's shared pool or a foreign write, not adopted, nothing written"]
         res = truth.cli("status", "--json")
         assert res.code == EXIT_DRIFT
-        (row,) = json.loads(res.out)
+        (row,) = json.loads(res.out)["rows"]
         assert row["exclusive"] == "2-3" and row["problem"].startswith(f"cpuset {written} holds shared CPUs")
 
 
@@ -384,7 +384,7 @@ def test_status_with_a_shared_cpu_offline_lists_every_container(admin: Admin, ru
     assert per_row.count(f"3f7c0a9be41d: node facts unreadable: {why}") == 2
     assert node_wide.strip() == why
     assert "None" not in res.out
-    rows = json.loads(run_cli(["--config", node.config_path, "status", "--json"]).out)
+    rows = json.loads(run_cli(["--config", node.config_path, "status", "--json"]).out)["rows"]
     assert [r["problem"] for r in rows] == [f"node facts unreadable: {why}"] * 2
 
 
@@ -426,7 +426,7 @@ def test_drifted_row_names_fields_desired_and_actual(admin: Admin, run_cli: Call
     node.set_quota(admin.rels[0], 100000)
     res = run_cli(["--config", node.config_path, "status", "--json"])
     assert res.code == EXIT_DRIFT
-    row = by_id(json.loads(res.out), LONG_ID)
+    row = by_id(json.loads(res.out)["rows"], LONG_ID)
     assert row["drift"] == [{"field": "cpuset", "desired": "0-2", "actual": "2"},
                             {"field": "quota", "desired": "300000", "actual": "100000"}]
     assert row["problem"] == "cpuset is 2, should be 0-2; quota is 100000, should be 300000"
@@ -443,7 +443,7 @@ def test_gone_cgroup_never_shows_none(admin: Admin, run_cli: Callable[..., Any])
         res = run_cli(["--config", node.config_path, *argv])
         assert res.code == EXIT_DRIFT, res.out
         assert "None" not in res.out and "null" not in res.out, res.out
-    row = by_id(json.loads(res.out), LONG_ID)
+    row = by_id(json.loads(res.out)["rows"], LONG_ID)
     assert row["problem"] == "cgroup gone (reconcile will forget it)"
     assert all(v is not None for v in row.values())
 
@@ -460,7 +460,7 @@ def _none(node: Any) -> None:
                  "kubelet's checkpoint {path} (policy static, checksum verified, 1 entry): the truth for exclusive CPUs",
                  id="checkpoint-used"),
     pytest.param(lambda n: n.write_checkpoint({CID: "2-3", "xyz": "4"}, checksum=0), "ok",
-                 "kubelet's checkpoint {path} (policy static, checksum not verified (0, or the newest format), 2 "
+                 "kubelet's checkpoint {path} (policy static, checksum 0: not verified, 2 "
                  "entries)", id="checkpoint-v1-without-checksum"),
     pytest.param(lambda n: None, "ok", "no kubelet checkpoint at {path} (kubelet_state_file): using config.json's cpus "
                  "at start, then the records and cgroups", id="no-checkpoint"),

@@ -19,23 +19,23 @@ import yaml
 from mixed_cpus_hook.core.cpuset import parse_cpulist_file
 from mixed_cpus_hook.core.errors import ConfigError, CpuListError, UsageError
 from mixed_cpus_hook.node.config import DEFAULT_CONFIG_PATH, Config, parse_config_text
-from mixed_cpus_hook.ops.machineconfig import (
-    DEFAULT_UNITS,
-    ROLE_LABEL,
-    compute_machineconfig,
-    compute_preset,
-    decode_data_url,
-    embedded_files,
-    encode_data_url,
-    has_install_section,
-    is_template,
-    parse_preset,
-    render,
-)
+from mixed_cpus_hook.ops.machineconfig import (DEFAULT_UNITS,
+                                               ROLE_LABEL,
+                                               compute_machineconfig,
+                                               NRI_UNITS,
+                                               compute_preset,
+                                               decode_data_url,
+                                               embedded_files,
+                                               encode_data_url,
+                                               has_install_section,
+                                               is_template,
+                                               parse_preset,
+                                               render)
 
 REPO = Path(__file__).resolve().parents[2]
 IGNITION_SCHEMA = REPO / "tests" / "data" / "ignition-v3_2.schema.json"
 PRESET = REPO / "rpm" / "90-mixed-cpus-hook.preset"
+NRI_PRESET = REPO / "rpm" / "90-mixed-cpus-hook-nri.preset"
 SPEC = REPO / "rpm" / "mixed-cpus-hook.spec"
 UNITS_DIR = REPO / "rpm" / "units"
 SHARED_FILE = "/etc/mixed-cpus-hook/shared-cpus"
@@ -301,13 +301,16 @@ def test_compute_preset() -> None:
     assert has_install_section("[Unit]\n [Install] \n") and not has_install_section("# [Install]\n")
 
 
-def test_preset_matches_units_dir() -> None:
-    """rpm/90-mixed-cpus-hook.preset is what `make preset` generates from rpm/units/."""
-    if not UNITS_DIR.is_dir():
-        pytest.skip("rpm/units/ does not exist yet")
+def test_presets_match_units_dir() -> None:
+    """Each mode's preset is what `make preset` generates from rpm/units/: NRI_UNITS are NRI mode's, the rest hook mode's."""
     units = {p.name: p.read_text() for p in sorted(UNITS_DIR.iterdir())
              if p.suffix in (".service", ".path", ".timer")}
-    assert PRESET.read_text() == compute_preset(units), "run `make preset`"
+    assert NRI_UNITS <= set(units)
+    hook = {n: t for n, t in units.items() if n not in NRI_UNITS}
+    nri = {n: t for n, t in units.items() if n in NRI_UNITS}
+    assert PRESET.read_text() == compute_preset(hook, "hook"), "run `make preset`"
+    assert NRI_PRESET.read_text() == compute_preset(nri, "nri"), "run `make preset`"
+    assert parse_preset(NRI_PRESET.read_text()) == sorted(NRI_UNITS)
 
 
 def test_default_units_and_spec_match_preset() -> None:
@@ -334,11 +337,10 @@ def test_nri_mode_enables_crio_nri_and_the_plugin(run_cli: Any, ignition_validat
     except ImportError:  # Python 3.9: RHEL 9's tomli
         import tomli as tomllib
     assert tomllib.loads(dropin) == {"crio": {"nri": {"enable_nri": True, "nri_listen": "/var/run/nri/nri.sock"}}}
-    units = mc["spec"]["config"]["systemd"]["units"]
-    assert {"name": NRI_UNIT, "enabled": True} in units
+    # One node, one mode: the image layers the nri-mode package, which has no hook-mode unit to enable.
+    assert mc["spec"]["config"]["systemd"]["units"] == [{"name": NRI_UNIT, "enabled": True}]
     hook_units = yaml.safe_load(run_cli(["machineconfig", "--role", "worker", "--shared-cpus", "2-3"]).out)
-    assert NRI_UNIT not in [u["name"] for u in hook_units["spec"]["config"]["systemd"]["units"]]
-    assert units[:-1] == hook_units["spec"]["config"]["systemd"]["units"]  # the hook-mode units stay
+    assert [u["name"] for u in hook_units["spec"]["config"]["systemd"]["units"]] == list(DEFAULT_UNITS)
 
 
 def test_nri_mode_without_an_image_is_refused(run_cli: Any) -> None:

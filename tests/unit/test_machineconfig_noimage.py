@@ -25,19 +25,17 @@ from test_machineconfig import ignition_validator, validate_mc  # noqa: F401 - t
 
 from mixed_cpus_hook.core.errors import ConfigError, UsageError
 from mixed_cpus_hook.node.config import NOT_JSON, Config, parse_config_text, parse_json_config
-from mixed_cpus_hook.ops.machineconfig import (
-    DEFAULT_UNITS,
-    NOIMAGE_BIN,
-    NOIMAGE_MODULES,
-    NOIMAGE_SKIPPED_UNITS,
-    NOIMAGE_WATCHES_BIN,
-    compute_noimage_hook,
-    compute_noimage_machineconfig,
-    compute_noimage_unit,
-    decode_data_url,
-    embedded_files,
-    read_noimage_files,
-)
+from mixed_cpus_hook.ops.machineconfig import (DEFAULT_UNITS,
+                                               NOIMAGE_BIN,
+                                               NOIMAGE_MODULES,
+                                               NOIMAGE_SKIPPED_UNITS,
+                                               NOIMAGE_WATCHES_BIN,
+                                               compute_noimage_hook,
+                                               compute_noimage_machineconfig,
+                                               compute_noimage_unit,
+                                               decode_data_url,
+                                               embedded_files,
+                                               read_noimage_files)
 
 CID = "4f2a" + "0" * 60
 CONFIG = "/etc/mixed-cpus-hook/config.yaml"

@@ -12,16 +12,14 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from mixed_cpus_hook.core.errors import RecordError
-from mixed_cpus_hook.store.records import (
-    SCHEMA_VERSION,
-    delete_record,
-    list_records,
-    load_record,
-    read_document,
-    record_path,
-    save_document,
-    state_lock,
-)
+from mixed_cpus_hook.store.records import (SCHEMA_VERSION,
+                                           delete_record,
+                                           list_records,
+                                           load_record,
+                                           read_document,
+                                           record_path,
+                                           save_document,
+                                           state_lock)
 
 
 def container_doc(cid: str, **extra: Any) -> Dict[str, Any]:

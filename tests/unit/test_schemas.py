@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import jsonschema
 import pytest
+import yaml
 
 from mixed_cpus_hook.core.errors import ConfigError, RecordError, StateError
 from mixed_cpus_hook.core.validate import CONFIG_KEYS, check_config, check_state
 from mixed_cpus_hook.node.config import Config
-from mixed_cpus_hook.store.records import (
-    compute_migrated_pod,
-    format_container_record,
-    format_pod_record,
-    parse_container_record,
-    parse_pod_record,
-)
+from mixed_cpus_hook.store.records import (compute_migrated_pod,
+                                           format_container_record,
+                                           format_pod_record,
+                                           parse_container_record,
+                                           parse_pod_record)
 
 NEWER_KEYWORDS = {"$defs", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                   "$vocabulary", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
@@ -72,6 +73,41 @@ def test_config_schema_documents_every_setting(schemas: Dict[str, Any]) -> None:
             assert "default" not in prop, key
         else:
             assert prop["default"] == (list(default) if isinstance(default, tuple) else default), key
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_config_table() -> Dict[str, str]:
+    """The settings the README's configuration table names: setting -> its default column."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    return {key: row[2].strip() for row in rows for key in re.findall(r"`([a-z_]+)`", row[1])}
+
+
+def shipped_config_settings() -> Dict[str, Any]:
+    """rpm/config.yaml's commented-out settings (``#key: value`` and the list items below), parsed."""
+    lines = (REPO / "rpm" / "config.yaml").read_text(encoding="utf-8").splitlines()
+    uncommented = "\n".join(line[1:] for line in lines if re.match(r"^#([a-z_]+:|  - )", line))
+    return yaml.safe_load(uncommented)
+
+
+def test_every_setting_is_in_the_readme_table_and_the_shipped_config(schemas: Dict[str, Any]) -> None:
+    """The README's table and rpm/config.yaml (which says it shows every setting) never drift from the schema."""
+    props = schemas["config"]["properties"]
+    assert sorted(readme_config_table()) == sorted(props)
+    assert sorted(shipped_config_settings()) == sorted(props)
+
+
+def test_the_shipped_config_shows_each_default(schemas: Dict[str, Any]) -> None:
+    """Each commented-out value in rpm/config.yaml is the default, or an example of a setting without one."""
+    shown = shipped_config_settings()
+    for key, prop in schemas["config"]["properties"].items():
+        if "default" in prop and prop["default"] != []:
+            assert shown[key] == prop["default"], key
+        else:
+            check_config({key: shown[key]}, "rpm/config.yaml", ConfigError)
 
 
 # -- state ------------------------------------------------------------------------------------

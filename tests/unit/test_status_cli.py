@@ -9,13 +9,11 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 from mixed_cpus_hook.core.errors import UnknownContainerError
-from mixed_cpus_hook.frontends.cli.main import (
-    EXIT_DRIFT,
-    compute_match_id,
-    compute_row_state,
-    compute_status_exit,
-    format_status_table,
-)
+from mixed_cpus_hook.frontends.cli.main import (EXIT_DRIFT,
+                                                compute_match_id,
+                                                compute_row_state,
+                                                compute_status_exit,
+                                                format_status_table)
 
 IDS = ["3f2a9c1e7b6d5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a09",
        "3f2a9c1e7b6d00000000000000000000000000000000000000000000000000aa", "abc", "abcdef"]
@@ -147,7 +145,7 @@ def test_status_and_reconcile_take_a_prefix(node: Any, run_hook: Callable, run_c
     node.write(a["rel"], "cpuset.cpus", "2-3")  # kubelet's rewrite
     res = run_cli(cfg + ["status", "--container", "aaaa1111b", "--json"])
     assert res.code == EXIT_DRIFT
-    assert [r["id"] for r in json.loads(res.out)] == ["aaaa1111bbbb2222"]
+    assert [r["id"] for r in json.loads(res.out)["rows"]] == ["aaaa1111bbbb2222"]
     for argv in (["status", "--container", "aaaa1111"], ["reconcile", "--container", "aaaa1111"]):
         res = run_cli(cfg + argv)
         assert res.code == 1
@@ -182,3 +180,18 @@ def test_help_documents_the_exit_codes(run_cli: Callable) -> None:
     res = run_cli(["status", "--help"])
     assert res.code == 0
     assert "0  every container is in sync" in res.out and "3  drift" in res.out and "1  error" in res.out
+
+
+def test_status_json_is_an_object_with_rows_and_problems(node: Any, run_hook: Callable, run_cli: Callable) -> None:
+    """A node-wide problem (no shared-CPU file) is in the JSON, on stderr too, and exits 1."""
+    cfg = ["--config", node.config_path]
+    res = run_cli(cfg + ["status", "--json"])
+    assert (res.code, json.loads(res.out), res.err) == (0, {"rows": [], "problems": []}, "")
+    _apply(run_hook, node, "aaaa1111bbbb2222")
+    os.unlink(node.shared_file)
+    res = run_cli(cfg + ["status", "--json"])
+    assert res.code == 1
+    doc = json.loads(res.out)
+    assert sorted(doc) == ["problems", "rows"] and [r["id"] for r in doc["rows"]] == ["aaaa1111bbbb2222"]
+    assert len(doc["problems"]) == 1 and node.shared_file in doc["problems"][0], doc
+    assert f"mixed-cpus-hook: error: {doc['problems'][0]}" in res.err_lines, res.err

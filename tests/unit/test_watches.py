@@ -650,3 +650,14 @@ def test_a_gone_container_queues_no_recheck(node: Any, run_hook: Callable, repor
     assert watches.reconcile_container(config, "abc", reporter.reporter, settle=0) == 0
     assert not os.path.exists(os.path.join(node.state_dir, records.RECHECK))
     assert pending(node) == ["abc"]  # forgotten: the sync stops its watch units
+
+
+def test_a_systemctl_failure_is_one_plain_error_line(node: Any, run_cli: Callable, monkeypatch: Any,
+                                                     tmp_path: Any) -> None:
+    """No systemctl on PATH: `watches sync --full` says so once, as `error: systemd: ...` (never `error: error:`)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = run_cli(["--config", node.config_path, "watches", "sync", "--full"])
+    assert res.code == 1
+    (line,) = res.err_lines
+    assert line.startswith("mixed-cpus-hook: error: systemd: systemctl list-units failed: "), line
+    assert "error: error" not in line

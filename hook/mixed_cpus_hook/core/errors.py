@@ -103,3 +103,9 @@ class UnknownContainerError(HookError):
     """A container id (or prefix) given on the command line names no tracked container, or several."""
 
     kind = "unknown container"
+
+
+class SystemdError(HookError):
+    """systemctl failed (not installed, systemd not running, a unit refused): the message says which call."""
+
+    kind = "systemd"

@@ -29,6 +29,11 @@ DEFAULT_CACHE_DIR = "/run/mixed-cpus-hook/config-cache"
 # Caps on the hook's own files: a config of settings is a few hundred bytes, a cpulist less.
 MAX_CONFIG_BYTES = 1 << 20
 MAX_SHARED_CPUS_BYTES = 64 << 10
+# The cache keeps one entry per configuration path. A node normally has one; writing an entry
+# prunes those of files that are gone and keeps the directory at this many (the least recently
+# written go first), so fake nodes, tests and renamed files never pile up.
+MAX_CACHE_ENTRIES = 16
+STALE_TMP_SECONDS = 60
 
 
 class Config(NamedTuple):
@@ -122,6 +127,39 @@ def _cache_path(cache_dir: str, path: str) -> str:
     return os.path.join(cache_dir, os.path.abspath(path).replace("%", "%25").replace("/", "%2F") + ".json")
 
 
+def _cached_config_path(name: str) -> str:
+    """The configuration path a cache file name encodes (the inverse of _cache_path's encoding)."""
+    import re
+
+    return re.sub("%(25|2F)", lambda m: "%" if m.group(1) == "25" else "/", name[: -len(".json")])
+
+
+def _prune_cache(cache_dir: str, keep: str) -> None:
+    """Remove the entries of gone files and crashed writers' temporaries, then the oldest beyond
+    MAX_CACHE_ENTRIES. Best effort; only on a cache miss (never on the usual container start)."""
+    import time
+
+    kept = []
+    try:
+        with os.scandir(cache_dir) as entries:
+            for entry in entries:
+                if entry.name == keep:
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if entry.name.endswith(".tmp"):
+                    stale = st.st_mtime < time.time() - STALE_TMP_SECONDS
+                else:
+                    stale = not os.path.lexists(_cached_config_path(entry.name))
+                if stale:
+                    os.unlink(entry.path)
+                else:
+                    kept.append((st.st_mtime, entry.path))
+        for _mtime, path in sorted(kept)[: max(0, len(kept) - (MAX_CACHE_ENTRIES - 1))]:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _read_cache(cache_file: str, key: list) -> Optional[Dict[str, Any]]:
     try:
         fd = os.open(cache_file, os.O_RDONLY | os.O_NOFOLLOW)
@@ -154,7 +192,8 @@ def _write_cache(cache_file: str, key: list, doc: Dict[str, Any]) -> None:
             os.close(fd)
         os.replace(tmp, cache_file)
     except OSError:
-        pass
+        return
+    _prune_cache(os.path.dirname(cache_file), os.path.basename(cache_file))
 
 
 def load_config(path: Optional[str] = None, cache_dir: Optional[str] = None,

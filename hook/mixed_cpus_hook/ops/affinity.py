@@ -45,6 +45,7 @@ class ProbeResult(NamedTuple):
     detail: str
     kernel: str = ""
     cgroup_version: int = 0
+    scratch: str = ""  # the scratch cgroup it made (and removed), for the report
 
 
 def compute_verdict(pinned: int, cpus: Tuple[int, int], after: frozenset) -> Tuple[str, str]:
@@ -115,8 +116,8 @@ def probe(cgroup_root: str = "/sys/fs/cgroup", name: Optional[str] = None) -> Pr
     except HookError as exc:
         return ProbeResult(CANNOT_TELL, f"no usable cgroup file system: {exc}", kernel)
 
-    def result(verdict: str, detail: str) -> ProbeResult:
-        return ProbeResult(verdict, detail, kernel, layout.version)
+    def result(verdict: str, detail: str, scratch: str = "") -> ProbeResult:
+        return ProbeResult(verdict, detail, kernel, layout.version, scratch)
 
     if os.geteuid() != 0:
         return result(CANNOT_TELL, "needs root (it makes a scratch cgroup)")
@@ -139,7 +140,7 @@ def probe(cgroup_root: str = "/sys/fs/cgroup", name: Optional[str] = None) -> Pr
     except OSError as exc:
         return result(CANNOT_TELL, f"cannot make the scratch cgroup {scratch}: {exc.strerror}")
     try:
-        return result(*_run(layout, scratch, cpus))
+        return result(*_run(layout, scratch, cpus), scratch=scratch)
     finally:
         _cleanup(scratch)
 

@@ -11,17 +11,19 @@ Imported only by ``cli.py`` (never on the hook's createRuntime path): it may use
 from __future__ import annotations
 
 import glob
-import importlib
 import json
 import os
 import re
 import subprocess
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..node.config import Config, load_config, load_shared_cpus, read_online_cpus
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import HookError
-from ..node.config import Config, load_config, load_shared_cpus, read_online_cpus
 from .machineconfig import DEFAULT_UNITS, PRESET_PATH, parse_preset
+
+# Each mode's preset, as the packages (and `make install MODE=...`) install them.
+PRESET_PATHS = (PRESET_PATH, os.path.join(os.path.dirname(PRESET_PATH), "90-mixed-cpus-hook-nri.preset"))
 
 OK, WARNING, ERROR = "ok", "warning", "error"
 STATUS_ORDER = {OK: 0, WARNING: 1, ERROR: 2}
@@ -61,13 +63,14 @@ class Paths(NamedTuple):
     crio_config: Optional[str] = None
     crio_config_dir: Optional[str] = None
     hooks_dirs: Tuple[str, ...] = ()
-    preset: str = PRESET_PATH
+    preset: Optional[str] = None  # None: the installed presets of either mode (PRESET_PATHS)
     systemctl: Optional[str] = None  # None: "systemctl", and only when systemd is PID 1
     skip_units: bool = False
     detect: bool = True  # read kubelet's and CRI-O's command lines (psutil) for paths not given
     systemd_run_dir: str = SYSTEMD_RUN_DIR
-    containerd_config: str = DEFAULT_CONTAINERD_CONFIG
-    nri_socket: str = DEFAULT_NRI_SOCKET
+    containerd_config: Optional[str] = None  # None: containerd's --config, else DEFAULT_CONTAINERD_CONFIG
+    nri_socket: Optional[str] = None  # None: the runtime's configured socket, else DEFAULT_NRI_SOCKET
+    probe: bool = True  # run the thread-affinity probe (a scratch cgroup; the verdict saved in the state dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,12 +131,14 @@ class TomlError(ValueError):
 def _toml_module() -> Any:
     """The TOML reader: tomllib (Python 3.11+), else tomli (RHEL 9: python3-tomli), else toml
     (RHEL 9: python3-toml 0.10.2). Each raises a ValueError subclass for bad input."""
-    for name in ("tomllib", "tomli"):
+    try:
+        import tomllib as mod  # type: ignore[import-not-found]  # novermin (guarded: 3.11+)
+    except ImportError:
         try:
-            return importlib.import_module(name)
+            import tomli as mod
         except ImportError:
-            continue
-    return importlib.import_module("toml")
+            import toml as mod
+    return mod
 
 
 def parse_toml(text: str) -> Dict[str, Any]:
@@ -206,86 +211,62 @@ def read_cpu_facts(config: Config, config_ok: bool) -> Dict[str, Any]:
     return facts
 
 
-KUBELET_FLAGS = (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
-                 ("cgroupDriver", "--cgroup-driver"))
-KUBELET_CONFIG_KEYS = ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver", "kubeReserved", "systemReserved")
-
-
 def read_kubelet_facts(paths: Paths) -> Dict[str, Any]:
     """KubeletConfiguration (the subset we judge), kubelet's overriding flags, the CPU manager state."""
     argv = process_args("kubelet") if paths.detect else None
     facts: Dict[str, Any] = {"running": argv is not None, "config_path": None, "config_source": None,
                              "config_error": None, "config": None, "flags": {}, "state_path": None,
                              "state_source": None, "state_error": None, "state": None}
-    facts["flags"] = compute_kubelet_flags(argv)
-    facts.update(read_kubelet_config(compute_kubelet_config_candidates(paths, argv)))
-    facts["state_path"], facts["state_source"] = compute_kubelet_state_location(paths, argv)
-    facts["state"], facts["state_error"] = read_json_file(facts["state_path"])
-    return facts
-
-
-def compute_kubelet_flags(argv: Optional[Sequence[str]]) -> Dict[str, str]:
-    """The KubeletConfiguration settings kubelet's command line overrides (the last of each flag wins)."""
-    if not argv:
-        return {}
     flags = {}
-    for key, flag in KUBELET_FLAGS:
-        value = _last(flag_values(argv, flag))
-        if value is not None:
-            flags[key] = value
-    return flags
-
-
-def compute_kubelet_config_candidates(paths: Paths, argv: Optional[Sequence[str]]) -> List[Tuple[str, str]]:
-    """(path, where it came from) of kubelet's configuration: the option, else kubelet's --config, else the defaults."""
+    if argv:
+        for key, flag in (("cpuManagerPolicy", "--cpu-manager-policy"), ("reservedSystemCPUs", "--reserved-cpus"),
+                          ("cgroupDriver", "--cgroup-driver"),
+                          ("containerRuntimeEndpoint", "--container-runtime-endpoint")):
+            value = _last(flag_values(argv, flag))
+            if value is not None:
+                flags[key] = value
+    facts["flags"] = flags
+    candidates: List[Tuple[str, str]] = []
     if paths.kubelet_config:
-        return [(paths.kubelet_config, "option")]
-    flagged = _last(flag_values(argv, "--config")) if argv else None
-    if flagged:
-        return [(flagged, "kubelet's command line")]
-    return [(p, "default") for p in DEFAULT_KUBELET_CONFIGS]
-
-
-def read_kubelet_config(candidates: Sequence[Tuple[str, str]]) -> Dict[str, Any]:
-    """The first KubeletConfiguration among ``candidates`` (config_path, config_source, config or config_error).
-
-    A default path that is missing or holds something else (kubeadm's /etc/kubernetes/kubelet.conf
-    is a kubeconfig) is passed over; a path that was named is the answer, good or bad.
-    """
+        candidates = [(paths.kubelet_config, "option")]
+    elif argv and _last(flag_values(argv, "--config")):
+        candidates = [(_last(flag_values(argv, "--config")) or "", "kubelet's command line")]
+    else:
+        candidates = [(p, "default") for p in DEFAULT_KUBELET_CONFIGS]
     for path, source in candidates:
-        found: Dict[str, Any] = {"config_path": path, "config_source": source}
         try:
             doc = _yaml_load(_read_text(path))
         except FileNotFoundError:
-            if source == "default":
-                continue
-            return dict(found, config_error="not found")
+            if source != "default":
+                facts.update(config_path=path, config_source=source, config_error="not found")
+                break
+            continue
         except Exception as exc:  # OSError, yaml.YAMLError, UnicodeDecodeError
-            return dict(found, config_error=f"cannot read: {_error_text(exc).splitlines()[0]}")
-        if isinstance(doc, dict) and doc.get("kind") == "KubeletConfiguration":
-            return dict(found, config={k: doc.get(k) for k in KUBELET_CONFIG_KEYS})
-        if source != "default":
-            return dict(found, config_error="not a KubeletConfiguration")
-    return {}
-
-
-def compute_kubelet_state_location(paths: Paths, argv: Optional[Sequence[str]]) -> Tuple[str, str]:
-    """(path, where it came from) of the CPU manager's state file: the option, else under kubelet's root."""
+            facts.update(config_path=path, config_source=source,
+                         config_error=f"cannot read: {_error_text(exc).splitlines()[0]}")
+            break
+        if not isinstance(doc, dict) or doc.get("kind") != "KubeletConfiguration":
+            if source != "default":
+                facts.update(config_path=path, config_source=source, config_error="not a KubeletConfiguration")
+                break
+            continue  # e.g. kubeadm's /etc/kubernetes/kubelet.conf is a kubeconfig
+        facts.update(config_path=path, config_source=source,
+                     config={k: doc.get(k) for k in ("cpuManagerPolicy", "reservedSystemCPUs", "cgroupDriver",
+                                                     "kubeReserved", "systemReserved", "containerRuntimeEndpoint")})
+        break
     if paths.kubelet_state:
-        return paths.kubelet_state, "option"
-    root = (_last(flag_values(argv, "--root-dir")) if argv else None) or DEFAULT_KUBELET_ROOT
-    return (os.path.join(root, "cpu_manager_state"),
-            "kubelet's --root-dir" if root != DEFAULT_KUBELET_ROOT else "default")
-
-
-def read_json_file(path: str) -> Tuple[Any, Optional[str]]:
-    """(document, None), or (None, why not: "not found", "cannot read: ...")."""
+        facts.update(state_path=paths.kubelet_state, state_source="option")
+    else:
+        root = (_last(flag_values(argv, "--root-dir")) if argv else None) or DEFAULT_KUBELET_ROOT
+        facts.update(state_path=os.path.join(root, "cpu_manager_state"),
+                     state_source="kubelet's --root-dir" if root != DEFAULT_KUBELET_ROOT else "default")
     try:
-        return json.loads(_read_text(path)), None
+        facts["state"] = json.loads(_read_text(facts["state_path"]))
     except FileNotFoundError:
-        return None, "not found"
+        facts["state_error"] = "not found"
     except (OSError, ValueError) as exc:
-        return None, f"cannot read: {_error_text(exc)}"
+        facts["state_error"] = f"cannot read: {_error_text(exc)}"
+    return facts
 
 
 def read_crio_facts(paths: Paths) -> Dict[str, Any]:
@@ -298,7 +279,7 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
                              "hooks_dir": list(DEFAULT_HOOKS_DIRS), "hooks_dir_source": "CRI-O's default",
                              "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default",
                              "shared_cpuset": "", "shared_cpuset_source": "CRI-O's default",
-                             "nri": None, "nri_source": "CRI-O's default"}
+                             "nri": None, "nri_source": "CRI-O's default", "nri_listen": None}
     for path in [main] + sorted(glob.glob(os.path.join(glob.escape(conf_dir), "*.conf"))):
         try:
             doc = parse_toml(_read_text(path))
@@ -308,52 +289,40 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
             facts["errors"].append(f"{path}: {_error_text(exc)}")
             continue
         facts["files"].append(path)
-        facts.update(compute_crio_file_settings(doc, path))
+        runtime = toml_get(doc, "crio.runtime") or {}
+        hooks = runtime.get("hooks_dir")
+        if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
+            facts.update(hooks_dir=hooks, hooks_dir_source=path)
+        manager = runtime.get("cgroup_manager")
+        if isinstance(manager, str):
+            facts.update(cgroup_manager=manager, cgroup_manager_source=path)
+        shared = runtime.get("shared_cpuset")
+        if isinstance(shared, str):
+            facts.update(shared_cpuset=shared, shared_cpuset_source=path)
+        nri = toml_get(doc, "crio.nri.enable_nri")
+        if isinstance(nri, bool):
+            facts.update(nri=nri, nri_source=path)
+        listen = toml_get(doc, "crio.nri.nri_listen")
+        if isinstance(listen, str) and listen:
+            facts["nri_listen"] = listen
     if argv:
-        facts.update(compute_crio_flag_settings(argv))
+        shared = _last(flag_values(argv, "--shared-cpuset"))
+        if shared is not None:
+            facts.update(shared_cpuset=shared, shared_cpuset_source="crio's command line")
+        nri = _last(flag_values(argv, "--enable-nri"))
+        if nri is not None:
+            facts.update(nri=nri.lower() in ("true", "1", ""), nri_source="crio's command line")
+        elif "--enable-nri" in argv:
+            facts.update(nri=True, nri_source="crio's command line")
+        flagged = flag_values(argv, "--hooks-dir")
+        if flagged:
+            facts.update(hooks_dir=flagged, hooks_dir_source="crio's command line")
+        manager = _last(flag_values(argv, "--cgroup-manager"))
+        if manager:
+            facts.update(cgroup_manager=manager, cgroup_manager_source="crio's command line")
     if paths.hooks_dirs:
         facts.update(hooks_dir=list(paths.hooks_dirs), hooks_dir_source="option")
     return facts
-
-
-def compute_crio_file_settings(doc: Dict[str, Any], path: str) -> Dict[str, Any]:
-    """The settings (and ``<name>_source``: ``path``) one CRI-O configuration file makes."""
-    settings: Dict[str, Any] = {}
-    runtime = toml_get(doc, "crio.runtime") or {}
-    hooks = runtime.get("hooks_dir")
-    if isinstance(hooks, list) and all(isinstance(h, str) for h in hooks):
-        settings.update(hooks_dir=hooks, hooks_dir_source=path)
-    manager = runtime.get("cgroup_manager")
-    if isinstance(manager, str):
-        settings.update(cgroup_manager=manager, cgroup_manager_source=path)
-    shared = runtime.get("shared_cpuset")
-    if isinstance(shared, str):
-        settings.update(shared_cpuset=shared, shared_cpuset_source=path)
-    nri = toml_get(doc, "crio.nri.enable_nri")
-    if isinstance(nri, bool):
-        settings.update(nri=nri, nri_source=path)
-    return settings
-
-
-def compute_crio_flag_settings(argv: Sequence[str]) -> Dict[str, Any]:
-    """The settings crio's command line makes; they override its files."""
-    source = "crio's command line"
-    settings: Dict[str, Any] = {}
-    shared = _last(flag_values(argv, "--shared-cpuset"))
-    if shared is not None:
-        settings.update(shared_cpuset=shared, shared_cpuset_source=source)
-    nri = _last(flag_values(argv, "--enable-nri"))
-    if nri is not None:
-        settings.update(nri=nri.lower() in ("true", "1", ""), nri_source=source)
-    elif "--enable-nri" in argv:
-        settings.update(nri=True, nri_source=source)
-    flagged = flag_values(argv, "--hooks-dir")
-    if flagged:
-        settings.update(hooks_dir=flagged, hooks_dir_source=source)
-    manager = _last(flag_values(argv, "--cgroup-manager"))
-    if manager:
-        settings.update(cgroup_manager=manager, cgroup_manager_source=source)
-    return settings
 
 
 def read_hook_files(dirs: Iterable[str]) -> List[Dict[str, Any]]:
@@ -361,34 +330,29 @@ def read_hook_files(dirs: Iterable[str]) -> List[Dict[str, Any]]:
     found = []
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(glob.escape(d), "*.json"))):
+            entry: Dict[str, Any] = {"file": path, "error": None}
             try:
                 doc = json.loads(_read_text(path, 1 << 20))
             except (OSError, ValueError) as exc:
                 if os.path.basename(path).startswith(HOOK_NAME):
-                    found.append({"file": path, "error": f"cannot read: {_error_text(exc)}"})
+                    entry["error"] = f"cannot read: {_error_text(exc)}"
+                    found.append(entry)
                 continue
-            entry = parse_hook_file(path, doc)
-            if entry is not None:
+            hook = doc.get("hook") if isinstance(doc, dict) else None
+            hook = hook if isinstance(hook, dict) else {}
+            exe = hook.get("path")
+            ours = os.path.basename(path).startswith(HOOK_NAME) or (
+                isinstance(exe, str) and os.path.basename(exe) == HOOK_NAME)
+            if not ours:
+                continue
+            if not isinstance(exe, str):
+                entry["error"] = "no hook.path"
                 found.append(entry)
+                continue
+            entry.update(path=exe, path_ok=os.path.isfile(exe) and os.access(exe, os.X_OK),
+                         args=hook.get("args") or [], stages=doc.get("stages") or [], when=doc.get("when") or {})
+            found.append(entry)
     return found
-
-
-def parse_hook_file(path: str, doc: Any) -> Optional[Dict[str, Any]]:
-    """A hooks.d file's entry when it runs this hook (by file name or hook.path), else None.
-
-    The entry's ``path_ok`` says whether hook.path is an executable file (the one look at the system).
-    """
-    hook = doc.get("hook") if isinstance(doc, dict) else None
-    if not isinstance(hook, dict):
-        hook = {}
-    exe = hook.get("path")
-    named_ours = os.path.basename(path).startswith(HOOK_NAME)
-    if not isinstance(exe, str):
-        return {"file": path, "error": "no hook.path"} if named_ours else None
-    if not (named_ours or os.path.basename(exe) == HOOK_NAME):
-        return None
-    return {"file": path, "error": None, "path": exe, "path_ok": os.path.isfile(exe) and os.access(exe, os.X_OK),
-            "args": hook.get("args") or [], "stages": doc.get("stages") or [], "when": doc.get("when") or {}}
 
 
 def read_unit_facts(paths: Paths, units: Sequence[str]) -> Dict[str, Any]:
@@ -424,12 +388,24 @@ def read_unit_facts(paths: Paths, units: Sequence[str]) -> Dict[str, Any]:
     return facts
 
 
-def read_units_list(preset: str) -> Tuple[List[str], Optional[str]]:
-    """The units to check: the installed preset's, else the built-in list (and why)."""
-    try:
-        return parse_preset(_read_text(preset)), None
-    except OSError as exc:
-        return list(DEFAULT_UNITS), f"{preset}: {_error_text(exc)}; checked the built-in list"
+def read_units_list(preset: Optional[str]) -> Tuple[List[str], Optional[str]]:
+    """The units to check: the given preset's, else those of the installed mode's preset (hook or
+    NRI mode's; one node, one mode), else the built-in list of hook mode (and why)."""
+    if preset:
+        try:
+            return parse_preset(_read_text(preset)), None
+        except OSError as exc:
+            return list(DEFAULT_UNITS), f"{preset}: {_error_text(exc)}; checked the built-in list"
+    units: List[str] = []
+    for path in PRESET_PATHS:
+        try:
+            units += [u for u in parse_preset(_read_text(path)) if u not in units]
+        except OSError:
+            continue
+    if units:
+        return units, None
+    return list(DEFAULT_UNITS), (f"no preset of either mode is installed ({', '.join(PRESET_PATHS)}); checked "
+                                 "hook mode's units")
 
 
 def read_cgroup_facts(config: Config) -> Dict[str, Any]:
@@ -442,24 +418,56 @@ def read_cgroup_facts(config: Config) -> Dict[str, Any]:
         return {"version": None, "root": config.cgroup_root, "error": str(exc)}
 
 
+def _toml_at(doc: Any, *keys: str) -> Any:
+    """``doc[k1][k2]...`` with keys that may hold dots (containerd's plugin names); None when absent."""
+    for key in keys:
+        if not isinstance(doc, dict) or key not in doc:
+            return None
+        doc = doc[key]
+    return doc
+
+
+# containerd's runc options: config version 2 (containerd 1.x) and version 3 (containerd 2.x).
+CONTAINERD_RUNC_OPTIONS = (("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+                           ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"))
+
+
 def read_mode_facts(paths: Paths) -> Dict[str, Any]:
-    """What says NRI mode: containerd's NRI setting, the runtime's NRI socket, the plugin's unit."""
-    facts: Dict[str, Any] = {"containerd_config": paths.containerd_config, "containerd_nri": None,
-                             "containerd_error": None, "nri_socket": paths.nri_socket,
-                             "nri_socket_exists": os.path.exists(paths.nri_socket), "nri_unit": NRI_UNIT}
+    """What says NRI mode and how containerd is set up: its NRI setting and socket, its cgroup
+    driver (runc's SystemdCgroup), whether it runs; the plugin's unit."""
+    argv = process_args("containerd") if paths.detect else None
+    config = (paths.containerd_config or (_last(flag_values(argv, "--config", "-c")) if argv else None)
+              or DEFAULT_CONTAINERD_CONFIG)
+    facts: Dict[str, Any] = {"containerd_running": argv is not None, "containerd_config": config,
+                             "containerd_nri": None, "containerd_error": None, "containerd_nri_socket": None,
+                             "containerd_systemd_cgroup": None, "nri_unit": NRI_UNIT}
     try:
-        doc = parse_toml(_read_text(paths.containerd_config))
-        nri = doc.get("plugins", {}).get("io.containerd.nri.v1.nri") if isinstance(doc.get("plugins"), dict) else None
+        doc = parse_toml(_read_text(config))
+        nri = _toml_at(doc, "plugins", "io.containerd.nri.v1.nri")
         if isinstance(nri, dict) and isinstance(nri.get("disable"), bool):
             facts["containerd_nri"] = not nri["disable"]
+        if isinstance(nri, dict) and isinstance(nri.get("socket_path"), str) and nri["socket_path"]:
+            facts["containerd_nri_socket"] = nri["socket_path"]
+        for keys in CONTAINERD_RUNC_OPTIONS:
+            systemd = _toml_at(doc, *keys, "SystemdCgroup")
+            if isinstance(systemd, bool):
+                facts["containerd_systemd_cgroup"] = systemd
     except FileNotFoundError:
         facts["containerd_config"] = None
     except (OSError, UnicodeDecodeError, TomlError) as exc:
-        facts["containerd_error"] = f"{paths.containerd_config}: {_error_text(exc)}"
+        facts["containerd_error"] = f"{config}: {_error_text(exc)}"
     units = read_unit_facts(paths, [NRI_UNIT])
     facts["nri_unit_skipped"] = units["skipped"]
     facts["nri_unit_state"] = units["units"].get(NRI_UNIT, {})
     return facts
+
+
+def compute_nri_socket(paths: Paths, facts: Dict[str, Any]) -> str:
+    """The NRI socket to look for: the option, else the socket the runtime in use is configured with."""
+    runtime = compute_runtime(facts)[0]
+    configured = (facts["mode"].get("containerd_nri_socket") if runtime == "containerd"
+                  else facts["crio"].get("nri_listen"))
+    return paths.nri_socket or configured or DEFAULT_NRI_SOCKET
 
 
 def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
@@ -469,8 +477,8 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
     crio = read_crio_facts(paths)
     units, preset_note = read_units_list(paths.preset)
     unit_facts = read_unit_facts(paths, units)
-    unit_facts.update(preset=paths.preset, preset_note=preset_note, checked=units)
-    return {
+    unit_facts.update(preset=paths.preset or ", ".join(PRESET_PATHS), preset_note=preset_note, checked=units)
+    facts: Dict[str, Any] = {
         "config": config_facts,
         "cpus": read_cpu_facts(config, config_facts["error"] is None),
         "kubelet": read_kubelet_facts(paths),
@@ -480,9 +488,13 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "cgroup": read_cgroup_facts(config),
         "mode": read_mode_facts(paths),
         "namespaces": {"allowed": list(config.allowed_namespaces), "source": config.source},
-        "thread_affinity": read_affinity_facts(config, save=config_facts["error"] is None),
+        "thread_affinity": (read_affinity_facts(config, save=config_facts["error"] is None) if paths.probe
+                            else {"skipped": "not probed (--no-probe)"}),
         "exclusive_source": read_exclusive_source_facts(config, config_facts["error"] is None),
     }
+    socket = compute_nri_socket(paths, facts)
+    facts["mode"].update(nri_socket=socket, nri_socket_exists=os.path.exists(socket))
+    return facts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,8 +631,16 @@ def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Opti
         out.append(Finding("cpu-manager-state", ERROR,
                            f"{where}: policyName {state_policy!r} but kubelet is configured with {policy!r}: "
                            "kubelet refuses to start", DRAIN_AND_RESET.format(state=k["state_path"])))
+    overlaps = []
     entries = doc.get("entries") or {}
-    overlaps = compute_shared_overlaps(entries, shared)
+    if shared and isinstance(entries, dict):
+        for pod_uid, containers in sorted(entries.items()):
+            if not isinstance(containers, dict):
+                continue
+            for name, cpus_text in sorted(containers.items()):
+                cpus = _cpus(cpus_text)
+                if cpus and cpus & shared:
+                    overlaps.append(f"pod {pod_uid} container {name}: {format_cpulist(cpus & shared)}")
     if overlaps:
         out.append(Finding("cpu-manager-state", ERROR,
                            f"{where}: shared CPUs assigned exclusively: " + "; ".join(overlaps),
@@ -632,19 +652,6 @@ def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Opti
                            f"{where}: no exclusive assignment overlaps the shared CPUs ({count} assignment(s))"
                            if shared is not None else f"{where}: {count} assignment(s); shared CPUs unknown"))
     return out
-
-
-def compute_shared_overlaps(entries: Any, shared: Optional[frozenset]) -> List[str]:
-    """The exclusive assignments of a CPU manager state's ``entries`` that hold shared CPUs, one line each."""
-    if not shared or not isinstance(entries, dict):
-        return []
-    overlaps = []
-    for pod_uid, containers in sorted(entries.items()):
-        for name, cpus_text in sorted(containers.items()) if isinstance(containers, dict) else ():
-            cpus = _cpus(cpus_text)
-            if cpus and cpus & shared:
-                overlaps.append(f"pod {pod_uid} container {name}: {format_cpulist(cpus & shared)}")
-    return overlaps
 
 
 def read_exclusive_source_facts(config: Config, config_ok: bool) -> Optional[Dict[str, Any]]:
@@ -688,7 +695,7 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
                            f"kubelet's checkpoint {path} is of policy {src['policy']!r}, not 'static': not used; "
                            f"using {fallback}", "set kubelet's cpuManagerPolicy to static"))
     else:
-        checksum = "checksum verified" if src["verified"] else "checksum not verified (0, or the newest format)"
+        checksum = "checksum verified" if src["verified"] else "checksum 0: not verified"
         out.append(Finding("exclusive-source", OK,
                            f"kubelet's checkpoint {path} (policy static, {checksum}, {src['entries']} entr"
                            f"{'y' if src['entries'] == 1 else 'ies'}): the truth for exclusive CPUs"))
@@ -702,14 +709,20 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
 
 def _hooks_findings(facts: Dict[str, Any]) -> List[Finding]:
     crio = facts["crio"]
+    if compute_runtime(facts)[0] == "containerd":
+        files = [h["file"] for h in facts["hooks"]]
+        if not files:
+            return []
+        return [Finding("hooks-d", WARNING, f"containerd runs no hooks.d files: {', '.join(files)} do nothing here "
+                        "(one node, one mode: NRI mode on containerd)", UNINSTALL_HOOK_MODE)]
     prefix = facts["config"]["annotation_prefix"]
     out: List[Finding] = []
     dirs = ", ".join(crio["hooks_dir"]) or "(none)"
     if crio["errors"]:
         out.append(Finding("crio-config", WARNING, "cannot read: " + "; ".join(crio["errors"]),
                            "correct the file (CRI-O itself will not start with it either)"))
-    files = ", ".join(crio["files"]) or "no CRI-O configuration file found"
-    out.append(Finding("crio-config", OK, f"hooks_dir {dirs} (from {crio['hooks_dir_source']}); read: {files}"))
+    read_files = ", ".join(crio["files"]) or "no CRI-O configuration file found"
+    out.append(Finding("crio-config", OK, f"hooks_dir {dirs} (from {crio['hooks_dir_source']}); read: {read_files}"))
     for kind, stage, doc_name in (("apply", "createRuntime", "mixed-cpus-hook.json"),
                                   ("release", "poststop", "mixed-cpus-hook-release.json")):
         check = f"hook-{kind}"
@@ -823,14 +836,64 @@ def _cgroup_findings(facts: Dict[str, Any]) -> List[Finding]:
     kubelet_driver = k["flags"].get("cgroupDriver") or (k["config"] or {}).get("cgroupDriver")
     if k["config"] is not None and not kubelet_driver:
         kubelet_driver = DEFAULT_KUBELET_CGROUP_DRIVER
-    crio_driver = crio["cgroup_manager"]
-    seen = f"cgroup v{cg['version']} at {cg['root']}; driver: CRI-O {crio_driver} (from {crio['cgroup_manager_source']})"
+    if compute_runtime(facts)[0] == "containerd":
+        mode = facts["mode"]
+        systemd = mode.get("containerd_systemd_cgroup")
+        runtime_driver = "systemd" if systemd else "cgroupfs"
+        where = f"from {mode['containerd_config']}" if systemd is not None else "containerd's default"
+        runtime_seen = f"containerd {runtime_driver} (SystemdCgroup = {str(bool(systemd)).lower()}, {where})"
+        fix = ("set kubelet's cgroupDriver and containerd's SystemdCgroup (the runc runtime's options) to agree "
+               "(systemd: SystemdCgroup = true)")
+    else:
+        runtime_driver = crio["cgroup_manager"]
+        runtime_seen = f"CRI-O {runtime_driver} (from {crio['cgroup_manager_source']})"
+        fix = "set kubelet's cgroupDriver and CRI-O's cgroup_manager to the same value (systemd)"
+    seen = f"cgroup v{cg['version']} at {cg['root']}; driver: {runtime_seen}"
     if kubelet_driver:
         seen += f", kubelet {kubelet_driver}"
-    if kubelet_driver and kubelet_driver != crio_driver:
-        return [Finding("cgroup", ERROR, seen + ": they differ",
-                        "set kubelet's cgroupDriver and CRI-O's cgroup_manager to the same value (systemd)")]
+    if kubelet_driver and kubelet_driver != runtime_driver:
+        return [Finding("cgroup", ERROR, seen + ": they differ", fix)]
     return [Finding("cgroup", OK, seen)]
+
+
+def compute_runtime(facts: Dict[str, Any]) -> Tuple[Optional[str], str]:
+    """Which container runtime kubelet uses here ("crio", "containerd" or None) and what says so.
+
+    kubelet's containerRuntimeEndpoint first, then the runtime processes that run, then the
+    configuration files found (CRI-O's before containerd's: many nodes carry a containerd
+    configuration for Docker).
+    """
+    k = facts.get("kubelet") or {}
+    endpoint = (k.get("flags") or {}).get("containerRuntimeEndpoint") or (k.get("config") or {}).get(
+        "containerRuntimeEndpoint")
+    if isinstance(endpoint, str):
+        for runtime in ("crio", "containerd"):
+            if runtime in endpoint:
+                return runtime, f"kubelet's containerRuntimeEndpoint {endpoint}"
+    crio, mode = facts.get("crio") or {}, facts.get("mode") or {}
+    if crio.get("running"):
+        return "crio", "crio is running"
+    if mode.get("containerd_running"):
+        return "containerd", "containerd is running"
+    if crio.get("files"):
+        return "crio", f"{crio['files'][0]} exists"
+    if mode.get("containerd_config"):
+        return "containerd", f"{mode['containerd_config']} exists"
+    return None, ("no container runtime found (no containerRuntimeEndpoint in kubelet's configuration, no crio or "
+                  "containerd process, no crio.conf or containerd config.toml)")
+
+
+RUNTIME_LABELS = {"crio": "CRI-O", "containerd": "containerd"}
+UNINSTALL_HOOK_MODE = ("remove the hook-mode files: `dnf remove mixed-cpus-hook-hook-mode` (the RPM), or "
+                       "`make uninstall MODE=hook` (make install)")
+
+
+def _runtime_findings(facts: Dict[str, Any]) -> List[Finding]:
+    runtime, why = compute_runtime(facts)
+    if runtime is None:
+        return [Finding("runtime", WARNING, why, "run the check on the node, or name the runtime's configuration "
+                        "with --crio-config or --containerd-config")]
+    return [Finding("runtime", OK, f"{RUNTIME_LABELS[runtime]} ({why})")]
 
 
 def _hook_mode_files(facts: Dict[str, Any]) -> List[str]:
@@ -844,7 +907,7 @@ def compute_mode(facts: Dict[str, Any]) -> str:
     Hook mode: a hooks.d file in CRI-O's hooks_dir runs ``apply`` at createRuntime. NRI mode:
     the plugin's unit (mixed-cpus-hook-nri.service) is active.
     """
-    hook = bool(_hook_mode_files(facts))
+    hook = bool(_hook_mode_files(facts)) and compute_runtime(facts)[0] != "containerd"
     mode = facts.get("mode") or {}
     nri = (mode.get("nri_unit_state") or {}).get("ActiveState") in ("active", "activating", "reloading")
     return {(True, True): "both", (True, False): "hook", (False, True): "nri"}.get((hook, nri), "none")
@@ -885,12 +948,20 @@ def _mode_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[F
             out.append(Finding("mode", OK, f"NRI mode: {NRI_UNIT} is active; {nri_why}"))
     elif mode == "both":
         out.append(Finding("mode", WARNING, f"both modes are set up: {files} (hook mode) and {NRI_UNIT} (NRI mode); "
-                           "each asking container is handled twice",
-                           f"use one: remove the hooks.d files, or `systemctl disable --now {NRI_UNIT}`"))
+                           "one node, one mode: both front ends act on the same containers",
+                           "keep one. NRI mode: `dnf remove mixed-cpus-hook-hook-mode` (or `make uninstall`, then "
+                           "`make install MODE=nri`). Hook mode: `systemctl disable --now "
+                           f"{NRI_UNIT}` and `dnf remove mixed-cpus-hook-nri-mode`"))
+    elif compute_runtime(facts)[0] == "containerd":
+        out.append(Finding("mode", WARNING, f"NRI mode is not set up: {NRI_UNIT} is not active (containerd has no "
+                           "hook mode)", f"install the NRI-mode files and `systemctl enable --now {NRI_UNIT}`"))
+        return out
     else:
         out.append(Finding("mode", WARNING, f"neither mode is set up: no hooks.d file runs `{HOOK_NAME} apply` and "
                            f"{NRI_UNIT} is not active", "install the hooks.d files (hook mode, CRI-O or podman) or "
                            f"`systemctl enable --now {NRI_UNIT}` (NRI mode, containerd or CRI-O)"))
+    if compute_runtime(facts)[0] == "containerd":
+        return out
     crio = facts["crio"]
     theirs = _cpus(crio.get("shared_cpuset")) if crio.get("shared_cpuset") else None
     if crio.get("shared_cpuset"):
@@ -916,6 +987,7 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += cpu
     out += _kubelet_findings(facts, shared)
     out += _exclusive_source_findings(facts)
+    out += _runtime_findings(facts)
     out += _hooks_findings(facts)
     out += _mode_findings(facts, shared)
     out += _unit_findings(facts)
@@ -952,9 +1024,10 @@ def read_affinity_facts(config: Config, save: bool = True) -> Optional[Dict[str,
     if not _is_cgroup_mount(root):
         return None
     result = probe(root)
-    if result.verdict != CANNOT_TELL and save:
-        _save_verdict(config.state_dir, result.verdict)
-    return dict(result._asdict())
+    facts = dict(result._asdict())
+    if result.verdict != CANNOT_TELL and save and _save_verdict(config.state_dir, result.verdict):
+        facts["saved"] = os.path.join(config.state_dir, "thread-affinity")
+    return facts
 
 
 def _is_cgroup_mount(root: str) -> bool:
@@ -972,7 +1045,7 @@ def _is_cgroup_mount(root: str) -> bool:
     return False
 
 
-def _save_verdict(state_dir: str, verdict: str) -> None:
+def _save_verdict(state_dir: str, verdict: str) -> bool:
     """Best effort, atomic, never through a symlink: the engine falls back to the kernel version."""
     try:
         os.makedirs(state_dir, mode=0o755, exist_ok=True)
@@ -984,7 +1057,8 @@ def _save_verdict(state_dir: str, verdict: str) -> None:
             os.close(fd)
         os.replace(tmp, os.path.join(state_dir, "thread-affinity"))
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
@@ -994,7 +1068,14 @@ def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
     probe = facts.get("thread_affinity")
     if not probe:
         return []
+    if probe.get("skipped"):
+        return [Finding("thread-affinity", OK, f"{probe['skipped']}: whether thread pins survive kubelet's rewrite "
+                        "in hook mode is not known")]
     seen = f"kernel {probe['kernel']}, cgroup v{probe['cgroup_version']}: {probe['detail']}"
+    wrote = [f"made and removed the scratch cgroup {probe['scratch']}"] if probe.get("scratch") else []
+    wrote += [f"wrote the verdict to {probe['saved']}"] if probe.get("saved") else []
+    if wrote:
+        seen += f"; {' and '.join(wrote)}"
     if probe["verdict"] == KEPT:
         return [Finding("thread-affinity", OK, f"pins survive a cpuset shrink and regrow ({seen})")]
     if probe["verdict"] == WIDENED:

@@ -10,7 +10,11 @@ import pytest
 from mixed_cpus_hook.core.cgroup import Quota
 from mixed_cpus_hook.core.errors import CpuListError
 from mixed_cpus_hook.core.model import Adjustment, Resources
-from mixed_cpus_hook.frontends.nri.handlers import Handlers, compute_facts, format_adjustment, format_update, parse_cpu
+from mixed_cpus_hook.frontends.nri.handlers import (Handlers,
+                                                    compute_facts,
+                                                    format_adjustment,
+                                                    format_update,
+                                                    parse_cpu)
 from mixed_cpus_hook.frontends.nri.wire import api
 from mixed_cpus_hook.node.config import load_config
 

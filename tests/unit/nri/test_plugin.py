@@ -7,6 +7,7 @@ every mux frame the plugin sends fits Go's 4096-byte ttrpc reader.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +24,12 @@ import pytest
 
 from mixed_cpus_hook.core.errors import UsageError
 from mixed_cpus_hook.frontends.nri.handlers import EVENTS, Handlers
-from mixed_cpus_hook.frontends.nri.plugin import Identity, Outbox, Plugin, RepeatLog, compute_identity, parse_socket_fd
+from mixed_cpus_hook.frontends.nri.plugin import (Identity,
+                                                  Outbox,
+                                                  Plugin,
+                                                  RepeatLog,
+                                                  compute_identity,
+                                                  parse_socket_fd)
 from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
 from mixed_cpus_hook.node.config import load_config
 
@@ -350,6 +356,23 @@ def _plugin_process(node: Any, argv: List[str], cache: str, **popen: Any) -> sub
                             stderr=subprocess.PIPE, text=True, **popen)
 
 
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """The plugin process is ours: killed by its pid if a test ends before it stopped."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _terminate(proc: subprocess.Popen) -> str:
+    """SIGTERM, as systemd stops the unit; its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=30)[1]
+
+
 def test_command_on_a_unix_socket(fake_node: Callable[..., Any], fast_tmp: Path, config_cache_dir: str) -> None:
     """`mixed-cpus-hook nri --socket PATH` as a process: registers, serves, ends on SIGTERM with 0."""
     node = fake_node(version=1)
@@ -360,20 +383,14 @@ def test_command_on_a_unix_socket(fake_node: Callable[..., Any], fast_tmp: Path,
     listener.listen(1)
     listener.settimeout(30)
     proc = _plugin_process(node, ["-v", "nri", "--socket", path, "--name", "mixed", "--index", "33"], config_cache_dir)
-    try:
+    with _reaped(proc), listener:
         conn, _ = listener.accept()
         peer = RuntimePeer(conn)
         peer.handshake()
         assert (peer.registered[0].plugin_name, peer.registered[0].plugin_idx) == ("mixed", "33")
         resp = peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
         assert resp.adjust.linux.resources.cpu.cpus == "0-3"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        listener.close()
+        err = _terminate(proc)
     assert proc.returncode == 0, err
     assert f"nri: plugin 33-mixed starting on {path}" in err
 
@@ -471,3 +488,17 @@ def test_a_bug_outside_any_request_ends_no_process(fake_node: Callable[..., Any]
         running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
     finally:
         running.finish()
+
+
+def test_connect_warning_names_the_socket(fake_node: Callable[..., Any], fast_tmp: Path,
+                                          config_cache_dir: str) -> None:
+    """No runtime listening yet: the warning says which socket it tries (the first thing an admin asks)."""
+    node = fake_node(version=1)
+    path = str(fast_tmp / "no-runtime-here.sock")
+    proc = _plugin_process(node, ["nri", "--socket", path], config_cache_dir)
+    with _reaped(proc):
+        line = proc.stderr.readline()
+        err = _terminate(proc)
+    assert proc.returncode == 0, line + err
+    assert line.strip() == (f"mixed-cpus-hook: warning: nri: cannot connect to the runtime at {path} "
+                            "(No such file or directory); retrying"), line

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import click
 
@@ -32,6 +32,28 @@ class Ctx:
         return load_config(self.config_path)
 
 
+def _set_config(ctx: click.Context, _param: click.Parameter, value: Optional[str]) -> None:
+    if value is not None:
+        ctx.find_object(Ctx).config_path = value
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        obj = ctx.find_object(Ctx)
+        obj.verbose = obj.reporter.verbose = True
+
+
+def global_options(config: bool = True) -> Any:
+    """The group's --config and -v, accepted after the command's name as well ("status --config c.yaml")."""
+    def decorate(f: Any) -> Any:
+        if config:
+            f = click.option("--config", "_config", metavar="PATH", expose_value=False, callback=_set_config,
+                             help="The same as the global --config (before or after the command; here wins).")(f)
+        return click.option("-v", "--verbose", "_verbose", is_flag=True, expose_value=False, callback=_set_verbose,
+                            help="The same as the global -v.")(f)
+    return decorate
+
+
 def _fail(ctx: Ctx, exc: HookError) -> None:
     ctx.reporter.error(f"{exc.kind}: {exc}")
     sys.exit(exc.exit_code)
@@ -48,11 +70,20 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
     """Give Kubernetes containers their exclusive CPUs plus the node's shared CPUs.
 
     A pod asks with the annotation mixed-cpus.openshift.io/<container-name>: "enable".
-    CRI-O runs `apply` at createRuntime and `release` at poststop (see hooks.d);
-    `reconcile` re-applies what kubelet rewrote; `status` shows every tracked container.
+    One node, one mode. Hook mode: CRI-O or podman runs `apply` at createRuntime and `release`
+    at poststop (hooks.d), and systemd units run `reconcile` when kubelet rewrites a container.
+    NRI mode: `nri`, a plugin for containerd and CRI-O, adjusts containers as they are created
+    and rewrites kubelet's updates in flight. `status` shows every tracked container; `check`
+    tells whether the node is ready.
 
-    Exit codes: 0 success (or nothing to do, or failure_policy: ignore), 1 error, 2 usage error.
-    Errors are one line on stderr and in the journal (tag mixed-cpus-hook).
+    The global options may also follow the command's name (`status --config c.yaml`).
+
+    \b
+    Exit codes:
+      0  success, nothing to do, or an error under failure_policy: ignore
+      1  error (one line on stderr and in the journal, tag mixed-cpus-hook)
+      2  usage error (a bad command line)
+      3  status only: some container drifted (`reconcile` fixes it)
     """
     ctx.obj = Ctx(config_path, verbose)
 
@@ -60,6 +91,7 @@ def cli(ctx: click.Context, config_path: Optional[str], verbose: bool) -> None:
 @cli.command(context_settings=CONTEXT, short_help='createRuntime hook: run the container on exclusive + shared CPUs.')
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
 @click.option("--dry-run", is_flag=True, help="Print the planned writes; write nothing.")
+@global_options()
 @click.pass_obj
 def apply(obj: Ctx, state_path: Optional[str], dry_run: bool) -> None:
     """createRuntime hook: apply exclusive + shared CPUs and raise CFS quotas.
@@ -75,6 +107,7 @@ def apply(obj: Ctx, state_path: Optional[str], dry_run: bool) -> None:
 
 @cli.command(context_settings=CONTEXT, short_help="poststop hook: give back the pod's quota share, forget the container.")
 @click.option("--state", "state_path", metavar="FILE", help="Read the OCI state from FILE instead of stdin.")
+@global_options()
 @click.pass_obj
 def release(obj: Ctx, state_path: Optional[str]) -> None:
     """poststop hook: give back the container's share of its pod's quota and forget it."""
@@ -96,13 +129,22 @@ def release(obj: Ctx, state_path: Optional[str]) -> None:
 @click.option("--why", metavar="TEXT",
               help="The reason the journal gives for each fix (\"reapplied (TEXT): FILE: OLD -> NEW ...\"), "
                    "e.g. what started this run.")
+@global_options()
 @click.pass_obj
 def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: float, sync_watches: bool,
               why: Optional[str]) -> None:
     """Re-apply every tracked container whose cgroup no longer holds its mixed set.
 
     Writes nothing where all is in sync; prints one line per fix. Records of containers
-    whose cgroup is gone are removed (and their pod's quota given back).
+    whose cgroup is gone are removed (and their pod's quota given back). A container that
+    cannot be fixed (a broken record, a write the kernel refuses) is one error line on stderr
+    and in the journal; every other container is still reconciled.
+
+    \b
+    Exit codes:
+      0  every tracked container is as it should be (fixed or in sync)
+      1  some container could not be fixed, or its record is broken
+      2  usage error
     """
     from ...core.model import Outcome
     from ...node.facts import read_node_facts as read_node
@@ -133,7 +175,7 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
         update_metrics(config, results, why or "manual", full=container_id is None, reporter=obj.reporter)
     failed = False
     for cid, outcome in results:
-        if outcome.status == "error":
+        if outcome.status in ("error", "broken"):  # already said on stderr and in the journal
             failed = True
             continue
         for line in outcome.lines:
@@ -144,6 +186,7 @@ def reconcile(obj: Ctx, container_id: Optional[str], dry_run: bool, settle: floa
 
 
 @cli.group(context_settings=CONTEXT, short_help='Per-container watch units (run by the systemd units).')
+@global_options()
 def watches() -> None:
     """The per-container watch units (mixed-cpus-hook-watch@ID.path) that trigger reapplies.
 
@@ -156,6 +199,7 @@ def watches() -> None:
 @click.option("--full", is_flag=True,
               help="Compare every record, link directory and loaded watch unit, not only the queued "
                    "containers (<state_dir>/pending/); restart watch units that failed.")
+@global_options()
 @click.pass_obj
 def watches_sync(obj: Ctx, full: bool) -> None:
     """Start the watch unit of every new tracked container and stop those of gone ones.
@@ -182,9 +226,12 @@ EXIT_DRIFT = 3
 
 
 @cli.command(context_settings=CONTEXT, short_help='Every tracked container: desired vs actual, in sync or not.')
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects, every value whole.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object, every value whole: {"rows": [one object per container], "problems": '
+                   '[the node\'s problems]}; the problems (and each row\'s that is not in sync) also go to stderr.')
 @click.option("--wide", is_flag=True, help="Every column, nothing shortened (wider than 100 columns).")
 @click.option("--container", "container_id", metavar="ID", help="Only this container (any unique prefix of its id).")
+@global_options()
 @click.pass_obj
 def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> None:
     """Every tracked container: its cpuset and quotas, desired against actual.
@@ -211,7 +258,17 @@ def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> 
     except HookError as exc:
         _fail(obj, exc)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"rows": rows, "problems": problems}, indent=2))
+        # stdout is for programs: say on stderr too why the exit code is not 0 (not in the journal:
+        # status only reads).
+        quiet = Reporter(stream=obj.reporter.stream, sink=None)
+        for problem in problems:
+            quiet.error(problem)
+        for r in rows:
+            state = compute_row_state(r)
+            if state != "ok":
+                (quiet.error if state == "error" else quiet.warning)(
+                    f"container {_cell(r.get('id'))[:12]}: {format_row_problem(r) or state}")
     else:
         click.echo(format_status_table(rows, problems, wide))
     sys.exit(compute_status_exit(rows, problems))
@@ -365,33 +422,53 @@ def _wrap(text: str, width: int = 100) -> str:
 @click.option("--crio-config", metavar="FILE", help="CRI-O's main file. Default: crio's --config, else /etc/crio/crio.conf.")
 @click.option("--crio-config-dir", metavar="DIR",
               help="CRI-O's drop-in directory. Default: crio's --config-dir, else /etc/crio/crio.conf.d.")
+@click.option("--containerd-config", metavar="FILE",
+              help="containerd's configuration. Default: containerd's --config, else /etc/containerd/config.toml.")
+@click.option("--nri-socket", metavar="PATH",
+              help="The runtime's NRI socket. Default: containerd's socket_path or CRI-O's nri_listen, else "
+                   "/var/run/nri/nri.sock.")
 @click.option("--hooks-dir", "hooks_dirs", metavar="DIR", multiple=True,
               help="Look for the hooks.d files here instead of CRI-O's hooks_dir (repeatable).")
 @click.option("--preset", metavar="FILE", default=None,
-              help="The systemd preset naming the units to check. Default: the installed "
-                   "/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset.")
+              help="The systemd preset naming the units to check. Default: the installed mode's, "
+                   "/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset (hook mode) or "
+                   "90-mixed-cpus-hook-nri.preset (NRI mode).")
 @click.option("--systemctl", metavar="PATH",
               help="Query units with this systemctl (also when systemd is not PID 1 here).")
 @click.option("--no-systemd", is_flag=True, help="Do not check the units (reported as a warning).")
 @click.option("--no-detect", is_flag=True,
-              help="Do not read the running kubelet's and crio's command lines for their paths.")
+              help="Do not read the running kubelet's, crio's and containerd's command lines for their paths.")
+@click.option("--no-probe", is_flag=True,
+              help="Skip the thread-affinity probe: it makes (and removes) a scratch cgroup with a child process "
+                   "under the cgroup root, and writes its verdict to <state_dir>/thread-affinity (read by `status`).")
+@global_options()
 @click.pass_obj
 def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state: Optional[str],
-          crio_config: Optional[str], crio_config_dir: Optional[str], hooks_dirs: tuple, preset: Optional[str],
-          systemctl: Optional[str], no_systemd: bool, no_detect: bool) -> None:
+          crio_config: Optional[str], crio_config_dir: Optional[str], containerd_config: Optional[str],
+          nri_socket: Optional[str], hooks_dirs: tuple, preset: Optional[str], systemctl: Optional[str],
+          no_systemd: bool, no_detect: bool, no_probe: bool) -> None:
     """The node doctor: is this node ready for mixed CPUs? Each finding comes with its fix.
 
     Checks the configuration; that the shared CPUs are online and not isolated (isolcpus);
     kubelet's CPU manager (policy static, reservedSystemCPUs covering the shared CPUs, no
-    exclusive assignment in cpu_manager_state on a shared CPU); that CRI-O's hooks_dir holds the
-    hook's apply and release files; that the units are enabled and active; the cgroup version
-    and driver. Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
+    exclusive assignment in cpu_manager_state on a shared CPU); the runtime kubelet uses
+    (CRI-O or containerd); the mode (hook mode: CRI-O's hooks_dir holds the apply and release
+    files; NRI mode: the plugin's unit runs and the runtime serves NRI; never both); that the
+    units are enabled and active; the cgroup version and both drivers.
+
+    It writes two things, both only as root on a real node (--no-probe: neither): the
+    thread-affinity probe makes a scratch cgroup under the cgroup root with a child process
+    in it, and removes both; its verdict goes to <state_dir>/thread-affinity. The report
+    names both.
+
+    Exit 0 when nothing is an error (warnings allowed), 1 otherwise.
     """
-    from ...ops.doctor import PRESET_PATH, Paths, compute_findings, format_table, read_facts, to_json, worst
+    from ...ops.doctor import Paths, compute_findings, format_table, read_facts, to_json, worst
 
     paths = Paths(config=obj.config_path, kubelet_config=kubelet_config, kubelet_state=kubelet_state,
                   crio_config=crio_config, crio_config_dir=crio_config_dir, hooks_dirs=tuple(hooks_dirs),
-                  preset=preset or PRESET_PATH, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect)
+                  preset=preset, systemctl=systemctl, skip_units=no_systemd, detect=not no_detect,
+                  containerd_config=containerd_config, nri_socket=nri_socket, probe=not no_probe)
     findings = compute_findings(read_facts(paths))
     if as_json:
         click.echo(json.dumps(to_json(findings), indent=2))
@@ -417,10 +494,12 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
                    "modules and executables under /usr/local, the hooks.d files in /etc/containers/oci/hooks.d, "
                    "the units in /etc/systemd/system, the configuration as JSON (no click or PyYAML on the node).")
 @click.option("--mode", type=click.Choice(["hook", "nri"]), default="hook", show_default=True,
-              help="hook: CRI-O runs the hook (hooks.d); nri: also enable CRI-O's NRI (a crio.conf.d drop-in) and "
-                   "the NRI plugin's unit (see docs/nri.md). NRI mode needs the RPM (python3-protobuf).")
+              help="hook: CRI-O runs the hook (hooks.d) and the hook-mode units are enabled; nri: CRI-O's NRI "
+                   "enabled (a crio.conf.d drop-in) and the NRI plugin's unit instead (docs/nri.md). One node, one "
+                   "mode: the image layers that mode's RPM (nri: mixed-cpus-hook-nri-mode, python3-protobuf).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
+@global_options(config=False)
 @click.pass_obj
 def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str], name: Optional[str],
                   preset: Optional[str], allow_namespace: Tuple[str, ...], no_image: bool, mode: str,
@@ -489,6 +568,7 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--write-timeout", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
               metavar="SECONDS", help="Drop the connection when the runtime reads none of the plugin's answers for "
                                       "this long (the plugin then reconnects).")
+@global_options()
 @click.pass_obj
 def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
         reconcile_interval: float, write_timeout: float) -> None:

@@ -27,12 +27,19 @@ FILES: Tuple[Tuple[str, str], ...] = (
     ("/etc/mixed-cpus-hook/config.yaml", "The configuration (see CONFIGURATION); a missing file means every default."),
     ("/etc/mixed-cpus-hook/shared-cpus", "The node's shared CPUs as a cpulist, unless the setting shared_cpus is set."),
     ("/usr/share/containers/oci/hooks.d/mixed-cpus-hook.json",
-     "The createRuntime hook (apply) for CRI-O and podman; mixed-cpus-hook-release.json next to it is the "
-     "poststop hook (release). On RHCOS, /etc/containers/oci/hooks.d is read too."),
+     "Hook mode: the createRuntime hook (apply) for CRI-O and podman; mixed-cpus-hook-release.json next to it is "
+     "the poststop hook (release). On RHCOS, /etc/containers/oci/hooks.d is read too. An NRI node has none "
+     "(one node, one mode)."),
     ("/run/mixed-cpus-hook/", "The state directory: containers/<id>.json and pods/<pod>.json records, the lock, "
-     "the config cache, the pending/ and recheck/ queues, the watch/<id>/ links and metrics.json."),
-    ("/usr/lib/systemd/system/mixed-cpus-hook*", "The units that reapply the mixed sets when kubelet, runc or "
-     "systemd rewrites them; the watch units are started per container by mixed-cpus-hook-sync.service."),
+     "the config cache (entries of gone files pruned, at most 16), the pending/ and recheck/ queues, the "
+     "watch/<id>/ links, metrics.json, and thread-affinity (the verdict of check's probe)."),
+    ("/usr/lib/systemd/system/mixed-cpus-hook*", "Hook mode: the units that reapply the mixed sets when kubelet, "
+     "runc or systemd rewrites them; the watch units are started per container by mixed-cpus-hook-sync.service. "
+     "NRI mode: mixed-cpus-hook-nri.service, the plugin."),
+    ("/usr/lib/systemd/system-preset/90-mixed-cpus-hook.preset", "The units hook mode enables; "
+     "90-mixed-cpus-hook-nri.preset, those of NRI mode. check checks the units of the installed one."),
+    ("/usr/share/mixed-cpus-hook/install-manifest", "What make install laid down (make uninstall removes it); "
+     "not in the RPMs."),
     ("/usr/share/mixed-cpus-hook/*.schema.json", "JSON Schemas of the configuration, the records and the state."),
     ("/var/lib/kubelet/cpu_manager_state", "kubelet's CPU manager checkpoint: the exclusive CPUs of each container."),
 )
@@ -41,8 +48,9 @@ EXIT_CODES: Tuple[Tuple[str, str], ...] = (
     ("0", "Success, nothing to do, a container that does not ask or is not applicable (a warning is logged), or an "
           "error under failure_policy: ignore. status: every container is in sync."),
     ("1", "An error: invalid state, config.json, configuration or cpulist, an offline CPU, a cgroup not found or "
-          "outside cgroup_root, a write the kernel refused, a refused namespace. check: a finding is an error. "
-          "status: a record could not be read or judged."),
+          "outside cgroup_root, a write the kernel refused, a refused namespace, systemctl failed. check: a finding "
+          "is an error. status: a record could not be read or judged, or a node-wide problem. reconcile: a "
+          "container could not be fixed or its record is broken (the others are still reconciled)."),
     ("2", "A usage error (bad command line)."),
     ("3", "status only: a container drifted (its cgroup does not hold its mixed set)."),
 )
@@ -50,6 +58,12 @@ EXIT_CODES: Tuple[Tuple[str, str], ...] = (
 EXAMPLES: Tuple[Tuple[str, str], ...] = (
     ("Is this node ready? Each finding comes with its fix:", "mixed-cpus-hook check"),
     ("Every tracked container, desired against actual:", "mixed-cpus-hook status"),
+    ("The same for a program: one JSON object, {\"rows\": [...], \"problems\": [...]}:",
+     "mixed-cpus-hook status --json --config /etc/mixed-cpus-hook/config.yaml"),
+    ("The doctor on a containerd node, without the thread-affinity probe (it writes nothing then):",
+     "mixed-cpus-hook check --no-probe --containerd-config /etc/containerd/config.toml"),
+    ("NRI mode in the foreground (the unit mixed-cpus-hook-nri.service runs this):",
+     "mixed-cpus-hook nri --socket /var/run/nri/nri.sock"),
     ("What a reapply would write, then write it:", "mixed-cpus-hook reconcile --dry-run\nmixed-cpus-hook reconcile"),
     ("Run the hook by hand, as CRI-O does, on a saved OCI state:",
      "mixed-cpus-hook apply --dry-run --state state.json"),
@@ -71,11 +85,19 @@ def escape(text: str) -> str:
 
 
 def paragraphs(text: str) -> List[str]:
-    """click's help text as paragraphs (blank-line separated, lines joined)."""
+    """click's help text as paragraphs (blank-line separated, lines joined), except a paragraph that
+    click keeps as written (its first line is ``\\b``: an exit-code table), whose lines stay."""
     import inspect
 
     text = inspect.cleandoc(text or "")
-    return [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+    return [p.strip("\n") if p.startswith("\b\n") else " ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+
+
+def format_paragraph(para: str) -> List[str]:
+    """roff for one paragraph of ``paragraphs``: filled text, or a kept block (no fill)."""
+    if para.startswith("\b\n"):
+        return [".nf"] + [escape(line) for line in para.split("\n")[1:]] + [".fi", ".PP"]
+    return [escape(para), ".PP"]
 
 
 def _commands(group: click.Group, ctx: click.Context, prefix: Tuple[str, ...] = ()
@@ -136,7 +158,7 @@ def compute_manpage(schema: Dict[str, Any], group: click.Group = cli) -> str:
         ".SH DESCRIPTION",
     ]
     for para in about[1:]:
-        lines += [escape(para), ".PP"]
+        lines += format_paragraph(para)
     lines += ["Global options:"]
     lines += format_options(_options(group, ctx))
     lines.append(".SH COMMANDS")
@@ -144,7 +166,7 @@ def compute_manpage(schema: Dict[str, Any], group: click.Group = cli) -> str:
         lines += [".SS " + escape(" ".join(path)),
                   f"\\fB{escape(NAME)} {escape(' '.join(path))}\\fR {escape(_usage(cmd, sub))}", ".PP"]
         for para in paragraphs(cmd.help or cmd.short_help or ""):
-            lines += [escape(para), ".PP"]
+            lines += format_paragraph(para)
         lines += format_options(_options(cmd, sub))
     lines += [".SH CONFIGURATION",
               escape("YAML, /etc/mixed-cpus-hook/config.yaml unless --config or $MIXED_CPUS_HOOK_CONFIG name "
@@ -170,7 +192,7 @@ def compute_manpage(schema: Dict[str, Any], group: click.Group = cli) -> str:
         lines += [escape(what), ".PP", ".RS 4", ".nf"] + [escape(c) for c in command.split("\n")] + [
             ".fi", ".RE", ".PP"]
     lines += [".SH SEE ALSO", ", ".join(f"\\fB{escape(s.split('(')[0])}\\fR({s.split('(')[1]}" for s in SEE_ALSO),
-              ".PP", escape("/usr/share/doc/mixed-cpus-hook/README.md and openshift.md.")]
+              ".PP", escape("/usr/share/doc/mixed-cpus-hook/README.md, nri.md and openshift.md.")]
     return "\n".join(lines) + "\n"
 
 

@@ -417,24 +417,27 @@ class Plugin:
         return None
 
     # -- the whole life ---------------------------------------------------------------------------
-    def run(self, connect: Callable[[], socket.socket], reconnect: bool = True) -> int:
+    def run(self, connect: Callable[[], socket.socket], reconnect: bool = True, where: str = "") -> int:
         """Connect, serve, and (with ``reconnect``) reconnect with backoff until stopped.
+
+        ``where`` names the socket in the messages ("at /var/run/nri/nri.sock").
 
         Returns the exit code: 0 when stopped (or, without ``reconnect``, when the runtime
         closed the connection), 1 when a single connection ended for any other reason.
         """
         backoff = BACKOFF_FIRST
         down_since: Optional[str] = None
+        at = f" at {where}" if where else ""
         while not self.stopping:
             try:
                 sock = connect()
             except OSError as exc:
                 if not reconnect:
-                    self.reporter.error(f"nri: cannot connect: {exc.strerror or exc}")
+                    self.reporter.error(f"nri: cannot connect{at}: {exc.strerror or exc}")
                     return 1
                 if down_since is None:
                     down_since = f"{exc.strerror or exc}"
-                    self.reporter.warning(f"nri: cannot connect to the runtime ({down_since}); retrying")
+                    self.reporter.warning(f"nri: cannot connect to the runtime{at} ({down_since}); retrying")
                 self.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
@@ -494,7 +497,7 @@ def main(config: Config, socket_path: Optional[str], name: Optional[str], index:
     reporter.info(f"nri: plugin {identity.index}-{identity.name} starting on {where}")
     try:
         if fd is not None:
-            return plugin.run(connect_fd(fd), reconnect=False)
-        return plugin.run(connect_unix(socket_path or DEFAULT_SOCKET), reconnect=True)
+            return plugin.run(connect_fd(fd), reconnect=False, where=where)
+        return plugin.run(connect_unix(socket_path or DEFAULT_SOCKET), reconnect=True, where=where)
     finally:
         plugin.close()

@@ -42,7 +42,7 @@ import fcntl
 import os
 import sys
 
-from ...core.errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, UsageError
+from ...core.errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, SystemdError, UsageError
 from ...node.config import load_config
 from ...node.log import Reporter
 from ...store.records import PENDING, RECHECK, list_records, load_container, mark_pending, state_lock, watchable
@@ -297,7 +297,7 @@ class Systemd:
         code, out, err = self._run(["list-units", "--all", "--plain", "--no-legend", "--full",
                                     *(f"{t}*{WATCH_SUFFIX}" for t in WATCH_TEMPLATES.values())])
         if code != 0:
-            raise HookError(f"systemctl list-units failed: {err.strip() or code}", SYSTEMCTL)
+            raise SystemdError(f"systemctl list-units failed: {err.strip() or code}")
         states = {}
         for line in out.splitlines():
             words = [w for w in line.split() if w not in ("●", "*")]
@@ -311,7 +311,7 @@ class Systemd:
             return
         code, _out, err = self._run([verb, *units])
         if code != 0:
-            raise HookError(f"systemctl {verb} failed: {' '.join(err.split()) or code}", SYSTEMCTL)
+            raise SystemdError(f"systemctl {verb} failed: {' '.join(err.split()) or code}")
 
 
 class SyncReport(NamedTuple):
