@@ -16,4 +16,6 @@ if [ -n "$missing" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
-sh "$(dirname "$0")/fetch-containerd.sh"
+sh "$(dirname "$0")/fetch-containerd.sh" 1.7
+sh "$(dirname "$0")/fetch-containerd.sh" 2.1
+sh "$(dirname "$0")/fetch-kubectl.sh" >/dev/null
