@@ -483,9 +483,12 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--reconcile-interval", type=click.FloatRange(0, 86400), default=10.0, show_default=True,
               metavar="SECONDS", help="Re-apply every tracked container this often (kubelet rewrites pod quotas "
                                       "directly); 0: never.")
+@click.option("--metrics-address", metavar="HOST:PORT",
+              help="Serve /metrics (Prometheus text) and /healthz (503 while not registered with the runtime) "
+                   "over HTTP there, e.g. 127.0.0.1:9470 or :9470 (every interface). Default: off.")
 @click.pass_obj
 def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
-        reconcile_interval: float) -> None:
+        reconcile_interval: float, metrics_address: Optional[str]) -> None:
     """Run the NRI plugin: mixed CPUs at CreateContainer, kubelet's updates rewritten in flight.
 
     Registers with the runtime, answers CreateContainer (cpuset exclusive + shared, quota,
@@ -501,7 +504,7 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
         reporter = Reporter(sink=None, verbose=True)
     try:
         code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
-                          argv0=sys.argv[0] if sys.argv else "")
+                          argv0=sys.argv[0] if sys.argv else "", metrics_address=metrics_address)
     except HookError as exc:
         _fail(obj, exc)
     sys.exit(code)

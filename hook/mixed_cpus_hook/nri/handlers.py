@@ -20,6 +20,7 @@ from ..errors import HookError
 from ..log import Reporter
 from ..records import list_records, load_record, state_lock
 from ..request import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID, may_ask
+from ..telemetry import Telemetry
 from . import api
 
 EVENTS = api.event_mask("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
@@ -103,9 +104,12 @@ class Handlers:
     """One plugin's handlers; the state they keep is only the Synchronize being collected."""
 
     def __init__(self, config: Config, reporter: Reporter,
-                 read_node: Optional[Callable[[Config], "engine.NodeView"]] = None) -> None:
+                 read_node: Optional[Callable[[Config], "engine.NodeView"]] = None,
+                 telemetry: Optional[Telemetry] = None) -> None:
         self.config = config
         self.reporter = reporter
+        # counters for /metrics (the engine's, later); the mixed-container gauge counts the records
+        self.telemetry = telemetry or Telemetry(count_tracked=lambda: len(list_records(config.state_dir, "containers")))
         self._read_node = read_node or engine.read_node
         self.node: Optional["engine.NodeView"] = None
         self._sync_pods: List["api.PodSandbox"] = []
@@ -144,6 +148,7 @@ class Handlers:
             adj = engine.admit_container(compute_facts(req.pod, req.container), self.config, self.reporter,
                                          node=self.node)
         except HookError as exc:
+            self.telemetry.error("CreateContainer", exc.kind)
             if self.config.failure_policy == "fail":
                 self.reporter.error(f"{where}: {exc.kind}: {exc}")
                 raise RequestFailed(f"mixed-cpus-hook: {exc.kind}: {exc}") from None
@@ -152,6 +157,7 @@ class Handlers:
         if adj is None:
             return api.CreateContainerResponse()
         self.reporter.info(f"{where}: {describe(adj)}")
+        self.telemetry.admitted(pod_quota_raised=bool(adj.lines))  # lines: the pod quota writes
         return api.CreateContainerResponse(adjust=format_adjustment(adj))
 
     # UpdateContainer -------------------------------------------------------------------
@@ -162,6 +168,7 @@ class Handlers:
             cpus, quota, _period = parse_cpu(req.linux_resources, f"{where}: linux_resources.cpu")
             adj = engine.update_container(cid, cpus, quota, self.config, self.reporter, node=self.node)
         except HookError as exc:
+            self.telemetry.error("UpdateContainer", exc.kind)
             self.reporter.error(f"{where}: {exc.kind}: {exc} (kubelet's update passes unchanged)")
             return api.UpdateContainerResponse()
         if adj is None:
@@ -175,6 +182,7 @@ class Handlers:
             with state_lock(self.config.state_dir):
                 engine.release_container(cid, self.config, self.reporter, why=why)
         except HookError as exc:
+            self.telemetry.error("StopContainer" if why == "stopped" else "RemoveContainer", exc.kind)
             self.reporter.error(f"nri: {why} {cid}: {exc.kind}: {exc}")
 
     def stop_container(self, req: "api.StopContainerRequest") -> "api.StopContainerResponse":
@@ -221,6 +229,7 @@ class Handlers:
                 # update, a resize) is kubelet's and must not be taken for the record's.
                 cpus, quota, _period = parse_cpu(ctr.linux.resources, f"{where}: linux.resources.cpu")
                 adj = engine.update_container(ctr.id, cpus, quota, self.config, self.reporter, node=self.node)
+                admitted = adj is None
                 if adj is None:
                     annotations = dict(pod.annotations)
                     annotations.update(ctr.annotations)
@@ -230,9 +239,12 @@ class Handlers:
                     adj = engine.admit_container(compute_facts(pod, ctr), self.config, self.reporter,
                                                  node=self.node)
             except HookError as exc:
+                self.telemetry.error("Synchronize", exc.kind)
                 self.reporter.error(f"{where}: {exc.kind}: {exc}")
                 continue
             if adj is not None:
+                if admitted:
+                    self.telemetry.admitted(pod_quota_raised=bool(adj.lines))
                 self.reporter.info(f"{where}: {describe(adj)}")
                 updates.append(format_update(ctr.id, adj, ignore_failure=True))
         for cid in self.nri_records():
@@ -260,4 +272,5 @@ class Handlers:
         try:
             engine.reconcile(self.config, self.reporter, reason="reapplied (nri periodic)", node=self.node)
         except HookError as exc:
+            self.telemetry.error("reconcile", exc.kind)
             self.reporter.error(f"nri: reconcile: {exc.kind}: {exc}")

@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import HookError, UsageError
 from ..log import Reporter
+from ..telemetry import Telemetry
 from . import api, mux, ttrpc
 from .handlers import Handlers, RequestFailed
 
@@ -93,8 +94,9 @@ class Plugin:
 
     def __init__(self, handlers: Handlers, identity: Identity, reporter: Reporter,
                  reconcile_interval: float = 10.0, registration_timeout: float = REGISTRATION_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, telemetry: Optional[Telemetry] = None) -> None:
         self.handlers = handlers
+        self.telemetry = telemetry or handlers.telemetry
         self.identity = identity
         self.reporter = reporter
         self.reconcile_interval = reconcile_interval
@@ -150,19 +152,24 @@ class Plugin:
             start = self.clock()
             try:
                 reply = handler(req)
-            except RequestFailed as exc:
+            except RequestFailed as exc:  # the handler counted the error
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, str(exc)) from None
             except HookError as exc:
+                self.telemetry.error(method, exc.kind)
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, f"mixed-cpus-hook: {exc.kind}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the plugin
+                self.telemetry.error(method, "internal")
                 self.reporter.error(f"nri: {method}: internal error: {exc!r}: "
                                     + " | ".join(traceback.format_exc().strip().splitlines()[-3:]))
                 raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {exc!r}") from None
+            finally:
+                self.telemetry.request(method, self.clock() - start)
             took = self.clock() - start
             if took > SLOW_REQUEST:
                 self.reporter.warning(f"nri: {method} took {took:.2f} s (the runtime gives up after 2 s)")
             if method == "Configure":
                 self.configured = True
+                self.telemetry.set_connected(True)
             return reply.SerializeToString()
         return call
 
@@ -296,6 +303,7 @@ class Plugin:
                 why = self.serve(sock)
             finally:
                 sock.close()
+                self.telemetry.set_connected(False)
             if self.configured:
                 backoff = BACKOFF_FIRST
             if self.stopping:
@@ -335,12 +343,22 @@ def connect_fd(fd: int) -> Callable[[], socket.socket]:
 
 def main(config, socket_path: Optional[str], name: Optional[str], index: Optional[str],
          reconcile_interval: float, reporter: Reporter, environ: Optional[Mapping[str, str]] = None,
-         argv0: str = "") -> int:
-    """``mixed-cpus-hook nri``: run the plugin in the foreground until SIGTERM/SIGINT."""
+         argv0: str = "", metrics_address: Optional[str] = None) -> int:
+    """``mixed-cpus-hook nri``: run the plugin in the foreground until SIGTERM/SIGINT.
+
+    ``metrics_address``: serve /metrics and /healthz there (nri/httpd.py) while the plugin runs.
+    """
     env = os.environ if environ is None else environ
     identity = compute_identity(name, index, env, argv0)
     fd = None if socket_path else parse_socket_fd(env)
     plugin = Plugin(Handlers(config, reporter), identity, reporter, reconcile_interval=reconcile_interval)
+    http = None
+    if metrics_address:
+        from .httpd import TelemetryServer  # noqa: PLC0415 - http.server only when asked for
+
+        http = TelemetryServer(metrics_address, plugin.telemetry)
+        host, port = http.start()
+        reporter.info(f"nri: /metrics and /healthz on {host}:{port}")
     plugin.install_signals()
     where = f"fd {fd} from the runtime" if fd is not None else (socket_path or DEFAULT_SOCKET)
     reporter.info(f"nri: plugin {identity.index}-{identity.name} starting on {where}")
@@ -350,3 +368,5 @@ def main(config, socket_path: Optional[str], name: Optional[str], index: Optiona
         return plugin.run(connect_unix(socket_path or DEFAULT_SOCKET), reconnect=True)
     finally:
         plugin.close()
+        if http is not None:
+            http.stop()
