@@ -23,13 +23,14 @@ the shims' sockets (their ``address`` files say where) and the directory.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import tempfile
 import time
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 try:
     from .cri import CriClient, CriError
@@ -55,7 +56,7 @@ MNT_DETACH = 2
 # containerd's log line after an NRI plugin's Synchronize: 1.7 msg="plugin \"10-name\" connected",
 # 2.1 msg="plugin \"10-name\" connected and synchronized"
 SYNCHRONIZED = ("\\\" connected\"", "\\\" connected and synchronized\"")
-__all__ = ["BUSYBOX_IMAGE", "PAUSE_IMAGE", "Containerd", "CriError", "bin_dir", "ensure_binaries"]
+__all__ = ["BUSYBOX_IMAGE", "PAUSE_IMAGE", "Containerd", "CriError", "bin_dir", "ensure_binaries", "running"]
 
 
 def bin_dir(cache: str = CACHE) -> str:
@@ -462,3 +463,24 @@ class Containerd:
             if os.path.exists(self.dir):
                 problems.append(f"{self.dir} could not be removed")
         return problems
+
+
+@contextlib.contextmanager
+def running(version: str = "1.7", archives: Iterable[str] = (), **kwargs) -> Iterator[Containerd]:
+    """A started containerd ``version`` with the busybox and pause images and ``archives`` (image
+    tarballs) imported; everything it made is removed on exit (an AssertionError names what was left)."""
+    c = Containerd(version=version, **kwargs)
+    try:
+        c.start()
+        c.import_images()
+        for archive in archives:
+            c.ctr("images", "import", archive, timeout=300)
+    except BaseException:
+        problems = c.cleanup()
+        assert not problems, problems
+        raise
+    try:
+        yield c
+    finally:
+        problems = c.cleanup()
+        assert not problems, f"containerd cleanup: {problems}"

@@ -71,17 +71,8 @@ def require_prerequisites() -> None:
 def ctd(request):
     """One private containerd per version for the module (every test runs on 1.7.24 and 2.1.x)."""
     require_prerequisites()
-    c = ctd_mod.Containerd(version=request.param)
-    try:
-        c.start()
-        c.import_images()
-    except BaseException:
-        problems = c.cleanup()
-        assert not problems, problems
-        raise
-    yield c
-    problems = c.cleanup()
-    assert not problems, f"containerd cleanup: {problems}"
+    with ctd_mod.running(request.param) as c:
+        yield c
 
 
 class NriWorld:
