@@ -2,7 +2,7 @@
 # Install what the test suite needs on a Debian 12 machine (root): the real runtimes and
 # tools the integration tests drive. Idempotent; skips apt when everything is present.
 set -eu
-PKGS="debootstrap runc crun podman busybox-static strace zsh qemu-system-x86 linux-image-amd64 rpm rpmlint inotify-tools hyperfine systemd util-linux cpio python3-pip python3-setuptools python3-wheel"
+PKGS="debootstrap buildah runc crun podman busybox-static strace zsh qemu-system-x86 linux-image-amd64 rpm rpmlint inotify-tools hyperfine systemd util-linux cpio python3-pip python3-setuptools python3-wheel"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
