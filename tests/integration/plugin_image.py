@@ -87,7 +87,7 @@ def ensure_base(variant: str) -> str:
     ref = f"localhost/mch-bullseye-{variant}:{stamp}"
     if ref in buildah("images", "--format", "{{.Name}}:{{.Tag}}").stdout.split():
         return ref
-    tar = os.path.join(CACHE, f"rootfs-{variant}.tar")
+    tar = os.path.join(CACHE, f"rootfs-{variant}.{os.getpid()}.tar")
     run(["tar", "-C", root, "-cf", tar, *[f"--exclude={p}" for p in SLIM], "."])
     try:
         ctr = buildah("from", "scratch").stdout.strip()
@@ -135,23 +135,23 @@ def build_image() -> Image:
         return Image(archive, doc["ref"], doc["size"], doc["labels"], 0.0)
     start = time.monotonic()
     base, builder = ensure_base("python"), ensure_base("pip")
+    local = f"{NAME}:{ver}-{key}-{os.getpid()}"  # this build's own tag: concurrent builds never meet
     build = [f"--runtime={RUNC}", "--layers", "--network", "host", "-f", os.path.join(REPO, "Containerfile"),
              "--build-arg", f"BASE={base}", "--build-arg", f"BUILDER={builder}", "--build-arg", f"VERSION={ver}",
-             "-t", ref]
+             "-t", local]
     if os.path.exists(CA_BUNDLE):  # what this host trusts (a TLS-intercepting proxy), for pip in the build
         build += ["--volume", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
     buildah("bud", *build, REPO, timeout=900)
-    size, labels = inspect(ref)
-    tmp = archive + ".tmp"
-    if os.path.exists(tmp):
-        os.unlink(tmp)
-    buildah("push", ref, f"docker-archive:{tmp}:{ref}")
-    with open(meta, "w", encoding="utf-8") as f:
+    size, labels = inspect(local)
+    tmp = f"{archive}.{os.getpid()}.tmp"
+    buildah("push", local, f"docker-archive:{tmp}:{ref}")  # the archive names it REF, as deploy/ does
+    with open(meta + f".{os.getpid()}.tmp", "w", encoding="utf-8") as f:
         json.dump({"ref": ref, "size": size, "labels": labels}, f)
+    os.replace(meta + f".{os.getpid()}.tmp", meta)
     os.replace(tmp, archive)
     for name in os.listdir(CACHE):  # one image in the cache: older archives and layers go
-        if name.startswith("image-") and not name.startswith(f"image-{key}.tar"):
+        if name.startswith("image-") and not name.startswith(f"image-{key}.tar") and not name.endswith(".tmp"):
             os.unlink(os.path.join(CACHE, name))
-    buildah("rmi", ref)
+    buildah("rmi", local)
     buildah("rmi", "--prune")
     return Image(archive, ref, size, labels, time.monotonic() - start)
