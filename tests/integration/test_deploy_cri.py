@@ -13,8 +13,11 @@ inside), OPENSHIFT_* env, quotas and kubelet's intercepted UpdateContainerResour
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import socket
+import subprocess
+import tarfile
 import time
 from typing import Dict, List, Tuple
 
@@ -37,6 +40,7 @@ except ImportError:  # collected as top-level modules (rootdir-relative)
     from test_nri_containerd import (EXCLUSIVE, MIXED, MIXED_INSIDE, MIXED_VALUES, PLAIN,  # type: ignore[no-redef]
                                      assert_mixed, require_prerequisites, rewrite_and_watch, wait_for)
 
+from mixed_cpus_hook import __version__
 from mixed_cpus_hook.fakenode import format_checkpoint
 
 pytestmark = [pytest.mark.integration]
@@ -276,3 +280,32 @@ def test_uninstall_leaves_valid_cpusets(deploy):
     cid2 = deploy.kube.container(pod2, "app")
     assert deploy.kube.values(pod2, cid2) == PLAIN
     assert deploy.kube.inside(cid2) == {"Cpus_allowed_list": EXCLUSIVE}
+
+
+def test_image_labels_and_one_folder_for_any_python(image, tmp_path):
+    """The image's labels name this version; its /opt/mixed-cpus-hook/lib, built for bullseye's 3.9,
+    also serves this machine's own python3 (another minor version), with no site-packages."""
+    assert {k: image.labels.get(k) for k in ("org.opencontainers.image.version", "org.opencontainers.image.licenses",
+                                             "org.opencontainers.image.title")} == {
+        "org.opencontainers.image.version": __version__, "org.opencontainers.image.licenses": "Apache-2.0",
+        "org.opencontainers.image.title": "mixed-cpus-hook"}
+    assert image.labels.get("org.opencontainers.image.source")
+    with tarfile.open(image.archive) as archive:
+        [manifest] = json.load(archive.extractfile("manifest.json"))
+        for layer in manifest["Layers"]:
+            with tarfile.open(fileobj=archive.extractfile(layer)) as t:
+                members = [m for m in t.getmembers() if m.name.startswith("opt/mixed-cpus-hook/")]
+                t.extractall(tmp_path, members=members)  # noqa: S202 - our own image
+    lib = tmp_path / "opt" / "mixed-cpus-hook" / "lib"
+    host = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    if host == "3.9":
+        pytest.skip("this machine's python3 is 3.9, the image's own: no other minor version to try")
+    assert (tmp_path / "opt" / "mixed-cpus-hook" / "bin" / "mixed-cpus-hook").exists()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import jsonschema, yaml, psutil, click, google.protobuf; "
+            "from mixed_cpus_hook.nri import plugin, httpd; from mixed_cpus_hook.cli import main; "
+            "sys.argv = ['mixed-cpus-hook', '--version']; main(['--version'])")
+    proc = subprocess.run(["/usr/bin/python3", "-S", "-E", "-c", code, str(lib)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"version {__version__}" in proc.stdout, proc.stdout
