@@ -81,13 +81,17 @@ class TemplatePod:
     """One pod of the DaemonSet on the test's containerd: ``start``, ``stop``, ``pid``, ``port``."""
 
     def __init__(self, kube, daemonset: dict, configmaps: Dict[str, dict], host_paths: Dict[str, str],
-                 image: str, work_dir: str, metrics_port: Optional[int] = None) -> None:
+                 image: str, work_dir: str, metrics_port: Optional[int] = None,
+                 recursive_read_only: bool = False) -> None:
+        """``recursive_read_only``: the runtime supports recursive read-only mounts (kubelet asks the
+        runtime's handler features; containerd >= 2.0 with a runc that has "rro")."""
         self.kube, self.pb = kube, kube.cri.pb
         self.template = daemonset["spec"]["template"]
         self.namespace = daemonset["metadata"].get("namespace", "default")
         self.name = daemonset["metadata"]["name"] + "-" + uuid.uuid4().hex[:5]
         self.configmaps, self.host_paths, self.image, self.work_dir = configmaps, host_paths, image, work_dir
         self.port = metrics_port or free_port()
+        self.rro = recursive_read_only
         self.pod = None
         self.cid = ""
         self.stopped_exit_code = None
@@ -102,8 +106,9 @@ class TemplatePod:
                 args[i + 1] = f"127.0.0.1:{self.port}"
         return args
 
-    def compute_mounts(self) -> List[Tuple[str, str, bool]]:
-        """(host path, container path, read-only) of every volumeMount."""
+    def compute_mounts(self) -> List[Tuple[str, str, bool, bool]]:
+        """(host path, container path, read-only, recursively read-only) of every volumeMount, as
+        kubelet maps ``recursiveReadOnly`` (Enabled: required, IfPossible: when the runtime can)."""
         volumes = {v["name"]: v for v in self.template["spec"].get("volumes", [])}
         out = []
         for m in self.container.get("volumeMounts", []):
@@ -116,7 +121,10 @@ class TemplatePod:
                 host = self.write_configmap(vol["configMap"]["name"], m["name"])
             else:
                 raise AssertionError(f"volume {m['name']}: only hostPath and configMap volumes are run here: {vol}")
-            out.append((host, m["mountPath"], bool(m.get("readOnly", False))))
+            rro = m.get("recursiveReadOnly", "Disabled")
+            if rro == "Enabled" and not self.rro:
+                raise AssertionError(f"{m['name']}: recursiveReadOnly Enabled on a runtime without it (kubelet refuses)")
+            out.append((host, m["mountPath"], bool(m.get("readOnly", False)), rro in ("Enabled", "IfPossible") and self.rro))
         return out
 
     def write_configmap(self, name: str, volume: str) -> str:
@@ -168,7 +176,8 @@ class TemplatePod:
             metadata=pb.ContainerMetadata(name=self.container["name"], attempt=0),
             image=pb.ImageSpec(image=self.image), command=list(self.container.get("command") or []),
             args=self.compute_args(), envs=envs,
-            mounts=[pb.Mount(host_path=h, container_path=c, readonly=ro) for h, c, ro in self.compute_mounts()],
+            mounts=[pb.Mount(host_path=h, container_path=c, readonly=ro, recursive_read_only=rro)
+                    for h, c, ro, rro in self.compute_mounts()],
             labels={"io.kubernetes.container.name": self.container["name"]},
             annotations={"io.kubernetes.container.name": self.container["name"]},
             log_path=f"{self.container['name']}.log",

@@ -12,6 +12,7 @@ inside), OPENSHIFT_* env, quotas and kubelet's intercepted UpdateContainerResour
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import os
@@ -19,7 +20,7 @@ import socket
 import subprocess
 import tarfile
 import time
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 import yaml
@@ -91,16 +92,30 @@ class DeployWorld:
                            "/var/lib/kubelet": self.kubelet_dir, "/run/mixed-cpus-hook": node.state_dir}
         self.entries: Dict[str, Dict[str, str]] = {}
         self.pods: List[TemplatePod] = []
+        self.rro = int(ctd.version.split(".")[0]) >= 2  # containerd 2.x advertises recursive read-only mounts
+        self.volume_mounts: List[str] = []
+
+    def pod_volume(self) -> str:
+        """A tmpfs under the kubelet dir, as a pod's secret volume is (unmounted at cleanup)."""
+        d = os.path.join(self.kubelet_dir, "pods", "p1", "volumes", "secret")
+        os.makedirs(d)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "mch-secret", d], check=True, timeout=30)
+        self.volume_mounts.append(d)
+        return d
 
     def records(self) -> List[str]:
         return self.node.records()
 
-    def plugin_pod(self) -> TemplatePod:
-        """A new pod of the DaemonSet, started and synchronized with containerd, /healthz 200."""
+    def plugin_pod(self, daemonset: Optional[dict] = None, wait: bool = True) -> TemplatePod:
+        """A new pod of the DaemonSet (or of an edited copy), started; with ``wait``, synchronized
+        with containerd and /healthz 200."""
         mark = self.ctd.log_mark()
-        p = TemplatePod(self.kube, self.daemonset, self.configmaps, self.host_paths, self.image.ref, self.node.tmp)
+        p = TemplatePod(self.kube, daemonset or self.daemonset, self.configmaps, self.host_paths, self.image.ref,
+                        self.node.tmp, recursive_read_only=self.rro)
         self.pods.append(p)
         p.start()
+        if not wait:
+            return p
         deadline = time.monotonic() + READY_TIMEOUT
         while not self.ctd.plugin_synchronized(mark, "mixed-cpus-hook"):
             assert time.monotonic() < deadline, f"plugin pod not synchronized:\n{self.plugin_log(p)}\n" \
@@ -135,7 +150,12 @@ class DeployWorld:
     def cleanup(self) -> List[str]:
         if self.ctd.proc is None:
             self.ctd.start()
-        return self.kube.cleanup()
+        problems = self.kube.cleanup()
+        for d in self.volume_mounts:
+            proc = subprocess.run(["umount", d], capture_output=True, text=True, timeout=30)
+            if proc.returncode != 0:
+                problems.append(f"umount {d}: {proc.stderr.strip()}")
+        return problems
 
 
 @pytest.fixture
@@ -187,6 +207,7 @@ def mount_modes(pid: int) -> Dict[str, str]:
 
 
 def test_plugin_pod_runs_with_least_privilege_and_mixes_a_workload(deploy):
+    deploy.pod_volume()  # another pod's secret under /var/lib/kubelet
     plugin = deploy.plugin_pod()
     # The plugin as the runtime started it from the template: uid 0, no capability at all, no
     # new privileges, seccomp filtering (2), a read-only root file system.
@@ -203,6 +224,9 @@ def test_plugin_pod_runs_with_least_privilege_and_mixes_a_workload(deploy):
                                        "/run/mixed-cpus-hook", "/etc/mixed-cpus-hook")} == {
         "/": "ro", "/run/nri": "ro", "/var/lib/kubelet": "ro", "/sys/fs/cgroup": "rw",
         "/run/mixed-cpus-hook": "rw", "/etc/mixed-cpus-hook": "ro"}, mounts
+    # The pods' volumes under kubelet's dir: read-only where the runtime does recursive read-only
+    # (containerd 2.x: recursiveReadOnly IfPossible); containerd 1.7 leaves the submount writable.
+    assert mounts["/var/lib/kubelet/pods/p1/volumes/secret"] == ("ro" if deploy.rro else "rw"), mounts
 
     pod, cid = deploy.workload()
     assert_mixed(deploy, pod, cid)
@@ -309,3 +333,52 @@ def test_image_labels_and_one_folder_for_any_python(image, tmp_path):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"version {__version__}" in proc.stdout, proc.stdout
+
+
+def no_root(ds: dict) -> None:
+    ds["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(runAsUser=65534, runAsGroup=65534)
+
+
+def no_cgroupfs(ds: dict) -> None:
+    """Without the host's cgroupfs: the container sees the runtime's own read-only cgroup mount.
+    (``readOnly: true`` on the hostPath would not do: on cgroup v1 the controllers are submounts,
+    which the runtime's recursive bind keeps writable, as seen here with containerd 1.7 and 2.1.)"""
+    ctr = ds["spec"]["template"]["spec"]["containers"][0]
+    ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["mountPath"] != "/sys/fs/cgroup"]
+
+
+LESS_PRIVILEGE = [  # id, edit of the DaemonSet, what happens instead
+    ("uid-65534", no_root, "cannot connect"),
+    ("no-cgroupfs", no_cgroupfs, "pod cgroup not found"),
+]
+
+
+@pytest.mark.parametrize("edit,failure", [c[1:] for c in LESS_PRIVILEGE], ids=[c[0] for c in LESS_PRIVILEGE])
+def test_less_privilege_does_not_work(deploy, edit: Callable[[dict], None], failure: str):
+    """Why the template asks for what it asks: without uid 0 the plugin cannot connect to the NRI
+    socket (root's, mode 0755 in containerd 2.1: only root may write to it); without the host's
+    cgroupfs it cannot reach the pod cgroup, and a container that asks is refused (failure_policy
+    fail), nothing written."""
+    os.chmod(deploy.ctd.dir, 0o755)  # as /var/run/nri on a node: the socket's own mode decides
+    try:
+        ds = copy.deepcopy(deploy.daemonset)
+        edit(ds)
+        mark = deploy.ctd.log_mark()
+        plugin = deploy.plugin_pod(ds, wait=edit is not no_root)
+        pod = deploy.kube.pod(asks="app")
+        deploy.checkpoint(pod.uid, "app", EXCLUSIVE)
+        if edit is no_root:
+            time.sleep(3.0)  # a few connection attempts
+            assert get(plugin.port, "/healthz")[0] == 503
+            assert not deploy.ctd.plugin_synchronized(mark, "mixed-cpus-hook")
+            assert failure in deploy.plugin_log(plugin) and "Permission denied" in deploy.plugin_log(plugin)
+            cid = deploy.kube.container(pod, "app")  # no plugin: created as kubelet says
+            assert deploy.kube.values(pod, cid) == PLAIN
+        else:
+            with pytest.raises(ctd_mod.CriError) as err:
+                deploy.kube.container(pod, "app")
+            assert failure in err.value.details, err.value.details
+            assert pod.quota() == 200000
+            assert deploy.records() == []
+    finally:
+        os.chmod(deploy.ctd.dir, 0o700)
