@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter \
+	$(PY) -m pip install -q -e . pytest pyfakefs ruff prometheus_client grpcio grpcio-tools import-linter kubernetes-validate \
 	    'mypy>=1.14,<2' types-PyYAML types-protobuf types-psutil
 	touch $@
 
@@ -296,3 +296,18 @@ test-compat: lint-py39
 	    print("python", sys.version.split()[0], "click", click.__version__, "jsonschema", jsonschema.__version__, \
 	          "PyYAML", yaml.__version__, "psutil", psutil.__version__)'
 	$(COMPAT_VENV)/bin/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+# ---- Container image and cluster manifests (issue #17; docs/nri.md) ------------------------------
+# `make image`: the NRI plugin's image from the Containerfile (UBI 9 bases by default: pass
+# BUILD_ARGS="--build-arg BASE=... --build-arg BUILDER=..." for others). `make deploy-config`:
+# deploy/base/config.yaml from the schema. The tests build the image on Debian bullseye instead
+# (tests/integration/plugin_image.py) and render deploy/ with kubectl kustomize.
+IMAGE ?= localhost/mixed-cpus-hook:$(VERSION)
+IMAGE_BUILD ?= $(if $(shell command -v buildah 2>/dev/null),buildah bud,podman build)
+BUILD_ARGS ?=
+.PHONY: image deploy-config
+image:
+	$(IMAGE_BUILD) -f Containerfile --build-arg VERSION=$(VERSION) $(BUILD_ARGS) -t $(IMAGE) .
+
+deploy-config:
+	$(PYTHON) scripts/gen-deploy-config.py

@@ -12,6 +12,8 @@
 #   deps     minbase + python3 and the distribution packages of the dependencies
 #            (python3-click 7.1.2, python3-yaml 5.3.1, python3-jsonschema 3.2.0,
 #            python3-psutil 5.8.0, python3-protobuf 3.12.4): RHEL 9's versions or older
+#   pip      minbase + python3 and pip 20.3 (the container image's build stage: pip installs the
+#            application and its dependencies into one folder for a Python 3.9 base)
 #
 # CACHE (env BULLSEYE_CACHE, default /var/cache/mixed-cpus-hook-test/bullseye): VARIANT/ holds
 # the rootfs once complete (made in VARIANT.new and renamed, so a killed run leaves no half
@@ -24,7 +26,8 @@ MIRROR=${BULLSEYE_MIRROR:-http://deb.debian.org/debian}
 case "$VARIANT" in
     python) INCLUDE=python3 ;;
     deps) INCLUDE=python3,python3-click,python3-yaml,python3-jsonschema,python3-psutil,python3-protobuf ;;
-    *) echo "usage: $0 python|deps" >&2; exit 2 ;;
+    pip) INCLUDE=python3,python3-pip ;;
+    *) echo "usage: $0 python|deps|pip" >&2; exit 2 ;;
 esac
 ROOT="$CACHE/$VARIANT"
 if [ -x "$ROOT/usr/bin/python3" ] && [ -f "$ROOT/.complete" ]; then

@@ -1,7 +1,10 @@
-"""A private containerd 1.7 with NRI enabled, for the NRI plugin's integration tests.
+"""A private containerd (1.7 or 2.1) with NRI enabled, for the NRI plugin's integration tests.
 
-The binaries are Debian trixie's containerd (``scripts/fetch-containerd.sh`` puts them in
-``/var/cache/mixed-cpus-hook-test/containerd``; bookworm's 1.6 has no NRI plugins). Everything
+The binaries are Debian's (``scripts/fetch-containerd.sh 1.7|2.1`` puts them in a cache per
+version, see ``CACHES``; bookworm's 1.6 has no NRI plugins): trixie's 1.7.24 (config version 2)
+or sid's 2.1.x (config version 3, see :func:`format_config`). Both run the system's runc (sid's
+needs glibc 2.38, Debian 12 has 2.36). ``Containerd(version="2.1")`` picks one; the tests that
+must hold on both parametrize over ``VERSIONS``. Everything
 containerd keeps lives in one short temporary directory (unix socket paths are limited to 107
 bytes): its config, ``root``, ``state``, the gRPC, ttrpc and NRI sockets, the CRI plugin's
 (empty) CNI directories and its log. CRI runs runc with the cgroupfs driver
@@ -20,13 +23,14 @@ the shims' sockets (their ``address`` files say where) and the directory.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import tempfile
 import time
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 try:
     from .cri import CriClient, CriError
@@ -37,6 +41,10 @@ except ImportError:  # collected as top-level modules (rootdir-relative)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.environ.get("MIXED_CPUS_HOOK_CONTAINERD_CACHE", "/var/cache/mixed-cpus-hook-test/containerd")
+# containerd version -> its binaries' cache (scripts/fetch-containerd.sh's defaults)
+CACHES = {"1.7": CACHE,
+          "2.1": os.environ.get("MIXED_CPUS_HOOK_CONTAINERD21_CACHE", "/var/cache/mixed-cpus-hook-test/containerd-2.1")}
+VERSIONS = tuple(CACHES)
 FETCH = os.path.join(REPO, "scripts", "fetch-containerd.sh")
 RUNC = "/usr/sbin/runc"
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -45,21 +53,24 @@ TASKS = "io.containerd.runtime.v2.task"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 MNT_DETACH = 2
-SYNCHRONIZED = "\\\" connected\""  # containerd: msg="plugin \\"10-name\\" connected", after Synchronize
-__all__ = ["BUSYBOX_IMAGE", "PAUSE_IMAGE", "Containerd", "CriError", "bin_dir", "ensure_binaries"]
+# containerd's log line after an NRI plugin's Synchronize: 1.7 msg="plugin \"10-name\" connected",
+# 2.1 msg="plugin \"10-name\" connected and synchronized"
+SYNCHRONIZED = ("\\\" connected\"", "\\\" connected and synchronized\"")
+__all__ = ["BUSYBOX_IMAGE", "PAUSE_IMAGE", "Containerd", "CriError", "bin_dir", "ensure_binaries", "running"]
 
 
 def bin_dir(cache: str = CACHE) -> str:
     return os.path.join(cache, "root", "usr", "bin")
 
 
-def ensure_binaries(cache: str = CACHE, fetch: bool = True) -> str:
-    """The cache's bin dir, fetching containerd first when it is not there (install-deps does it in CI)."""
+def ensure_binaries(cache: str = CACHE, fetch: bool = True, release: str = "1.7") -> str:
+    """The cache's bin dir, fetching containerd ``release`` first when it is not there (install-deps
+    does it in CI)."""
     d = bin_dir(cache)
     if not all(os.access(os.path.join(d, b), os.X_OK) for b in ("containerd", "containerd-shim-runc-v2", "ctr")):
         if not fetch:
             raise RuntimeError(f"no containerd binaries in {d}")
-        proc = subprocess.run(["sh", FETCH], env=dict(os.environ, CONTAINERD_CACHE=cache),
+        proc = subprocess.run(["sh", FETCH, release], env=dict(os.environ, CONTAINERD_CACHE=cache),
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"{FETCH} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
@@ -72,11 +83,35 @@ def version(cache: str = CACHE) -> str:
         return f.read().strip()
 
 
-def format_config(base: str, sandbox_image: str, runc: str = RUNC, request_timeout: str = "2s") -> str:
-    """containerd's config.toml (version 2): everything under ``base``, NRI on, CRI with runc/cgroupfs."""
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""# written by tests/integration/containerd.py
-version = 2
+def format_config(base: str, sandbox_image: str, runc: str = RUNC, request_timeout: str = "2s",
+                  major: int = 1, cdi_dir: str = "") -> str:
+    """containerd's config.toml: everything under ``base``, NRI on, CRI with runc/cgroupfs.
+
+    ``major`` 1: config version 2 (containerd 1.7: the CRI plugin is one ``io.containerd.grpc.v1.cri``
+    table); 2: config version 3 (containerd 2.x: images in ``io.containerd.cri.v1.images`` with the
+    pause image pinned, runtimes in ``io.containerd.cri.v1.runtime``, the gRPC service in
+    ``io.containerd.grpc.v1.cri``). ``cdi_dir``: enable CDI with this one spec dir (2.x has CDI on
+    by default with /etc/cdi and /var/run/cdi: never the host's here); empty: CDI off.
+    """
+    nri = f"""[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "{base}/nri.sock"
+  plugin_path = "{base}/nri-plugins"
+  plugin_config_path = "{base}/nri-conf.d"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "{request_timeout}"
+"""
+    cdi = f'enable_cdi = true\n  cdi_spec_dirs = ["{cdi_dir}"]' if cdi_dir else "enable_cdi = false"
+    runtime_opts = f"""default_runtime_name = "runc"
+    [RT.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [RT.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "{runc}"
+"""
+    common = f"""# written by tests/integration/containerd.py
+version = {2 if major < 2 else 3}
 root = "{base}/root"
 state = "{base}/state"
 oom_score = 0
@@ -100,16 +135,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.internal.v1.opt"]
   path = "{base}/opt"
 
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  disable_connections = false
-  socket_path = "{base}/nri.sock"
-  plugin_path = "{base}/nri-plugins"
-  plugin_config_path = "{base}/nri-conf.d"
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "{request_timeout}"
-
-[{cri}]
+{nri}
+"""
+    if major < 2:
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return common + f"""[{cri}]
   sandbox_image = "{sandbox_image}"
   restrict_oom_score_adj = true
   disable_tcp_service = true
@@ -117,18 +147,33 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   stream_server_port = "0"
   enable_selinux = false
   disable_apparmor = true
-  enable_cdi = false
+  {cdi}
   [{cri}.containerd]
     snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [{cri}.containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        BinaryName = "{runc}"
-  [{cri}.cni]
+    {runtime_opts.replace("RT", cri)}  [{cri}.cni]
     bin_dir = "{base}/cni/bin"
     conf_dir = "{base}/cni/conf.d"
+"""
+    rt = "plugins.'io.containerd.cri.v1.runtime'"
+    return common + f"""[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{sandbox_image}"
+
+[{rt}]
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  {cdi}
+  [{rt}.containerd]
+    {runtime_opts.replace("RT", rt)}  [{rt}.cni]
+    bin_dirs = ["{base}/cni/bin"]
+    conf_dir = "{base}/cni/conf.d"
+
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 """
 
 
@@ -171,9 +216,15 @@ def mounts_under(prefix: str) -> List[str]:
 class Containerd:
     """One private containerd: ``start``, ``stop`` (by pid), ``restart``, ``ctr``, ``cri``, ``cleanup``."""
 
-    def __init__(self, owned_cgroups: Iterable[str] = (), cache: str = CACHE, runc: str = RUNC,
-                 request_timeout: str = "2s", parent_dir: str = "/tmp", fetch: bool = True) -> None:
-        self.bin = ensure_binaries(cache, fetch)
+    def __init__(self, owned_cgroups: Iterable[str] = (), cache: Optional[str] = None, runc: str = RUNC,
+                 request_timeout: str = "2s", parent_dir: str = "/tmp", fetch: bool = True,
+                 version: str = "1.7", cdi: bool = False) -> None:
+        """``version``: "1.7" or "2.1" (its binaries from ``CACHES`` unless ``cache`` is given);
+        ``cdi``: CDI on with the private spec dir :attr:`cdi_dir` (``<dir>/cdi``)."""
+        if version not in CACHES:
+            raise ValueError(f"containerd version {version!r}: one of {VERSIONS}")
+        self.version = version
+        self.bin = ensure_binaries(cache or CACHES[version], fetch, version)
         # parent_dir: a file system overlayfs accepts as upper (not an overlay itself: the VM's /tmp is)
         self.dir = tempfile.mkdtemp(prefix="mch-ctd-", dir=parent_dir)
         self.sock = os.path.join(self.dir, "c.sock")
@@ -182,10 +233,12 @@ class Containerd:
         self.log_path = os.path.join(self.dir, "containerd.log")
         self.state = os.path.join(self.dir, "state")
         self.owned_cgroups = list(owned_cgroups)  # e.g. "/mch-it-123-1": processes there are the test's
-        for d in ("cni/bin", "cni/conf.d", "nri-plugins", "nri-conf.d", "opt"):
+        self.cdi_dir = os.path.join(self.dir, "cdi")
+        for d in ("cni/bin", "cni/conf.d", "nri-plugins", "nri-conf.d", "opt", "cdi"):
             os.makedirs(os.path.join(self.dir, d))
         with open(self.config, "w", encoding="utf-8") as f:
-            f.write(format_config(self.dir, PAUSE_IMAGE, runc, request_timeout))
+            f.write(format_config(self.dir, PAUSE_IMAGE, runc, request_timeout, major=int(version.split(".")[0]),
+                                  cdi_dir=self.cdi_dir if cdi else ""))
         self.proc: Optional[subprocess.Popen] = None
         self.cri_timeout = 30.0  # seconds per CRI call (more in the emulated VM)
         self.start_timeout = START_TIMEOUT
@@ -291,7 +344,7 @@ class Containerd:
     def plugin_synchronized(self, mark: int, name: str = "") -> bool:
         """containerd logged, after ``mark``, that an NRI plugin connected and was synchronized."""
         for line in self.log_since(mark).splitlines():
-            if SYNCHRONIZED in line and name in line:
+            if any(marker in line for marker in SYNCHRONIZED) and name in line:
                 return True
         return False
 
@@ -410,3 +463,24 @@ class Containerd:
             if os.path.exists(self.dir):
                 problems.append(f"{self.dir} could not be removed")
         return problems
+
+
+@contextlib.contextmanager
+def running(version: str = "1.7", archives: Iterable[str] = (), **kwargs) -> Iterator[Containerd]:
+    """A started containerd ``version`` with the busybox and pause images and ``archives`` (image
+    tarballs) imported; everything it made is removed on exit (an AssertionError names what was left)."""
+    c = Containerd(version=version, **kwargs)
+    try:
+        c.start()
+        c.import_images()
+        for archive in archives:
+            c.ctr("images", "import", archive, timeout=300)
+    except BaseException:
+        problems = c.cleanup()
+        assert not problems, problems
+        raise
+    try:
+        yield c
+    finally:
+        problems = c.cleanup()
+        assert not problems, f"containerd cleanup: {problems}"

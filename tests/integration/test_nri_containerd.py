@@ -1,4 +1,5 @@
-"""The NRI plugin for real: containerd 1.7.24 (Debian trixie) with NRI, driven over CRI as kubelet does.
+"""The NRI plugin for real: containerd 1.7.24 (Debian trixie) and 2.1.x (Debian sid) with NRI, driven
+over CRI as kubelet does (every test runs once per containerd version).
 
 cgroup v1 on this machine: 2 CPUs, exclusive "1" (kubelet's cpuset for the container), shared
 "0". One private containerd for the module (tests/integration/containerd.py: own root, state,
@@ -66,20 +67,12 @@ def require_prerequisites() -> None:
         pytest.fail(f"{exc}: the test venv needs grpcio and grpcio-tools (make venv)")
 
 
-@pytest.fixture(scope="module")
-def ctd():
+@pytest.fixture(scope="module", params=ctd_mod.VERSIONS, ids=[f"containerd{v}" for v in ctd_mod.VERSIONS])
+def ctd(request):
+    """One private containerd per version for the module (every test runs on 1.7.24 and 2.1.x)."""
     require_prerequisites()
-    c = ctd_mod.Containerd()
-    try:
-        c.start()
-        c.import_images()
-    except BaseException:
-        problems = c.cleanup()
-        assert not problems, problems
-        raise
-    yield c
-    problems = c.cleanup()
-    assert not problems, f"containerd cleanup: {problems}"
+    with ctd_mod.running(request.param) as c:
+        yield c
 
 
 class NriWorld:

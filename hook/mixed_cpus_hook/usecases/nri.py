@@ -46,7 +46,9 @@ from .common import (
     save_changed,
     with_member,
 )
+from .metrics import update_metrics
 from .reconcile import reconcile
+from .telemetry import Telemetry
 from .release import release_locked
 
 TYPE_CHECKING = False
@@ -101,10 +103,15 @@ class Placed(NamedTuple):
 class NriEngine:
     """The NRI plugin's policy: one method per event, each returning an Answer."""
 
-    def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None) -> None:
+    def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None,
+                 telemetry: Optional[Telemetry] = None) -> None:
         self.config = config
         self.reporter = reporter
         self.cache = cache or FactsCache()
+        # The live counters (/metrics): the engine counts what it decides (containers made mixed,
+        # pod quotas raised, reconcile errors), the front end requests, answer times and their errors.
+        self.telemetry = telemetry or Telemetry(
+            count_tracked=lambda: len(list_records(config.state_dir, "containers")))
         # The node facts' generation the other tracked containers were last decided on.
         self.decided_generation = 0
         self._last: Optional[NodeFacts] = None
@@ -273,6 +280,7 @@ class NriEngine:
             self.reporter.emit("info", f"container {facts.id}: mixed CPUs {format_cpulist(rec.desired)} (exclusive "
                                f"{format_cpulist(rec.exclusive)} from {desired.source} + shared "
                                f"{format_cpulist(rec.shared)})", to_stream=False)
+            self.telemetry.admitted(pod_quota_raised=bool(placed.lines))
             return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
 
     def update(self, cid: str, cpus: FrozenSet[int], quota: Optional[Quota]) -> Answer:
@@ -377,9 +385,24 @@ class NriEngine:
                     self.reporter.error(f"nri: {exc}")
 
     def reconcile(self) -> None:
-        """The periodic reconcile: every record, both modes (what kubelet wrote directly: pod quotas)."""
+        """The periodic reconcile: every record, both modes (what kubelet wrote directly: pod quotas).
+
+        Its results feed the node_exporter textfile (``metrics_file``) as hook mode's do, so the
+        documented errors alert covers NRI mode too.
+        """
         try:
-            reconcile(self.config, self.reporter, reason="reapplied (nri periodic)", node=self.facts())
+            results = reconcile(self.config, self.reporter, reason="reapplied (nri periodic)", node=self.facts())
         except HookError as exc:
+            self.telemetry.error("reconcile", exc.kind)
             self.reporter.error(f"nri: reconcile: {exc.kind}: {exc}")
+            results = [("-", Outcome("error", (str(exc),)))]
+        for _cid, outcome in results:
+            if outcome.status in ("error", "broken"):
+                self.telemetry.error("reconcile", outcome.status)
+        update_metrics(self.config, results, "nri periodic", full=True, reporter=self.reporter)
+
+    def count_error(self, event: str, exc: BaseException) -> None:
+        """An event that failed: the live counters and the textfile's error count."""
+        self.telemetry.error(event, exc.kind if isinstance(exc, HookError) else "internal")
+        update_metrics(self.config, [("-", Outcome("error", (str(exc),)))], "nri", reporter=self.reporter)
 

@@ -568,10 +568,13 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--write-timeout", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
               metavar="SECONDS", help="Drop the connection when the runtime reads none of the plugin's answers for "
                                       "this long (the plugin then reconnects).")
+@click.option("--metrics-address", metavar="HOST:PORT",
+              help="Serve /metrics (Prometheus text) and /healthz (503 while not registered with the runtime) "
+                   "over HTTP there, e.g. 127.0.0.1:9470 or :9470 (every interface). Default: off.")
 @global_options()
 @click.pass_obj
 def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Optional[str],
-        reconcile_interval: float, write_timeout: float) -> None:
+        reconcile_interval: float, write_timeout: float, metrics_address: Optional[str]) -> None:
     """Run the NRI plugin: mixed CPUs at CreateContainer, kubelet's updates rewritten in flight.
 
     Registers with the runtime, answers CreateContainer (cpuset exclusive + shared, quota,
@@ -587,7 +590,8 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
         reporter = Reporter(sink=None, verbose=True)
     try:
         code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
-                          argv0=sys.argv[0] if sys.argv else "", write_timeout=write_timeout)
+                          argv0=sys.argv[0] if sys.argv else "", write_timeout=write_timeout,
+                          metrics_address=metrics_address)
     except HookError as exc:
         _fail(obj, exc)
     sys.exit(code)

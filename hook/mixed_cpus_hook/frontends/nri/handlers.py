@@ -374,6 +374,7 @@ class Handlers:
             if answer.adjust is not None:
                 reply.adjust.CopyFrom(format_adjustment(answer.adjust))
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
+            self.engine.count_error("CreateContainer", exc)
             problem = format_problem(exc)
             if self.config.failure_policy == "fail":
                 self.reporter.error(f"{where}: {problem}")
@@ -397,6 +398,7 @@ class Handlers:
             if answer.adjust is not None:
                 updates.insert(0, format_update(cid, answer.adjust.resources))
         except Exception as exc:  # noqa: BLE001 - an update never fails for our sake
+            self.engine.count_error("UpdateContainer", exc)
             self.reporter.error(f"{where}: {format_problem(exc)} (kubelet's update passes unchanged)")
             return api.UpdateContainerResponse()
         if answer.adjust is not None:
@@ -418,6 +420,7 @@ class Handlers:
         try:
             return self.engine.stop(cid, why)
         except Exception as exc:  # noqa: BLE001 - a stop never fails for our sake
+            self.engine.count_error("StopContainer" if why == "stopped" else "RemoveContainer", exc)
             self.reporter.error(f"nri: {why} {cid}: {format_problem(exc)}")
             return Answer(Outcome("error", (format_problem(exc),)))
 
@@ -471,6 +474,7 @@ class Handlers:
             try:
                 update = self._sync_one(pod, ctr)
             except Exception as exc:  # noqa: BLE001 - one container never fails the others
+                self.engine.count_error("Synchronize", exc)
                 self.reporter.error(f"{sync_where(pod, ctr)}: {format_problem(exc)} (skipped)")
                 continue
             if update is None:

@@ -36,6 +36,7 @@ from ...core.bounds import MAX_OUTBOUND, REPEAT_LOG_INTERVAL, WRITE_TIMEOUT, quo
 from ...core.errors import HookError, UsageError
 from ...node.config import Config
 from ...node.log import Reporter
+from ...usecases.telemetry import Telemetry
 from .handlers import Handlers, Interrupted, RequestFailed
 from .wire import api, mux, ttrpc
 
@@ -175,8 +176,10 @@ class Plugin:
 
     def __init__(self, handlers: Handlers, identity: Identity, reporter: Reporter,
                  reconcile_interval: float = 10.0, registration_timeout: float = REGISTRATION_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic, write_timeout: float = WRITE_TIMEOUT) -> None:
+                 clock: Callable[[], float] = time.monotonic, write_timeout: float = WRITE_TIMEOUT,
+                 telemetry: Optional[Telemetry] = None) -> None:
         self.handlers = handlers
+        self.telemetry = telemetry or handlers.engine.telemetry
         self.identity = identity
         self.reporter = reporter
         self.reconcile_interval = reconcile_interval
@@ -240,18 +243,23 @@ class Plugin:
             except RequestFailed as exc:
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, str(exc)) from None
             except HookError as exc:
+                self.telemetry.error(method, exc.kind)
                 raise ttrpc.RpcError(ttrpc.UNKNOWN, f"mixed-cpus-hook: {exc.kind}: {exc}") from None
             except Interrupted:
                 raise ttrpc.RpcError(ttrpc.UNAVAILABLE, f"mixed-cpus-hook: {method}: the plugin is stopping") from None
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the plugin
+                self.telemetry.error(method, "internal")
                 where = " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
                 self.reporter.error(f"nri: {method}: internal error: {quote(exc)}: {where}")
                 raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {quote(exc)}") from None
+            finally:
+                self.telemetry.request(method, self.clock() - start)
             took = self.clock() - start
             if took > SLOW_REQUEST:
                 self.reporter.warning(f"nri: {method} took {took:.2f} s (the runtime gives up after 2 s)")
             if method == "Configure":
                 self.configured = True
+                self.telemetry.set_connected(True)
             return reply
         return call
 
@@ -446,6 +454,7 @@ class Plugin:
                 why = self.serve(sock)
             finally:
                 sock.close()
+                self.telemetry.set_connected(False)
             if self.configured:
                 backoff = BACKOFF_FIRST
             if self.is_stopping():
@@ -485,13 +494,23 @@ def connect_fd(fd: int) -> Callable[[], socket.socket]:
 
 def main(config: Config, socket_path: Optional[str], name: Optional[str], index: Optional[str],
          reconcile_interval: float, reporter: Reporter, environ: Optional[Mapping[str, str]] = None,
-         argv0: str = "", write_timeout: float = WRITE_TIMEOUT) -> int:
-    """``mixed-cpus-hook nri``: run the plugin in the foreground until SIGTERM/SIGINT."""
+         argv0: str = "", write_timeout: float = WRITE_TIMEOUT, metrics_address: Optional[str] = None) -> int:
+    """``mixed-cpus-hook nri``: run the plugin in the foreground until SIGTERM/SIGINT.
+
+    ``metrics_address``: serve /metrics and /healthz there (frontends/nri/httpd.py) while the plugin runs.
+    """
     env = os.environ if environ is None else environ
     identity = compute_identity(name, index, env, argv0)
     fd = None if socket_path else parse_socket_fd(env)
     plugin = Plugin(Handlers(config, reporter), identity, reporter, reconcile_interval=reconcile_interval,
                     write_timeout=write_timeout)
+    http = None
+    if metrics_address:
+        from .httpd import TelemetryServer  # http.server only when asked for
+
+        http = TelemetryServer(metrics_address, plugin.telemetry)
+        host, port = http.start()
+        reporter.info(f"nri: /metrics and /healthz on {host}:{port}")
     plugin.install_signals()
     where = f"fd {fd} from the runtime" if fd is not None else (socket_path or DEFAULT_SOCKET)
     reporter.info(f"nri: plugin {identity.index}-{identity.name} starting on {where}")
@@ -501,3 +520,5 @@ def main(config: Config, socket_path: Optional[str], name: Optional[str], index:
         return plugin.run(connect_unix(socket_path or DEFAULT_SOCKET), reconnect=True, where=where)
     finally:
         plugin.close()
+        if http is not None:
+            http.stop()
