@@ -45,7 +45,7 @@ import sys
 from ...core.errors import EXIT_OK, EXIT_USAGE, HookError, RecordError, SystemdError, UsageError
 from ...node.config import load_config
 from ...node.log import Reporter
-from ...store.records import PENDING, RECHECK, list_records, load_container, mark_pending, state_lock, watchable
+from ...store.records import PENDING, RECHECK, list_records, load_container, mark_pending, watchable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every start of the reconcile service
@@ -439,15 +439,14 @@ def load_links_or_forget(config: Config, reporter: Reporter, node: NodeView, cid
     A record whose cgroup is gone is released here (and the id added to ``forgotten``), as
     ``reconcile`` does.
     """
-    from ...usecases.release import release_locked
+    from ...usecases.release import release_container
 
     rec = load_container(config.state_dir, cid)
     if rec is None:
         return None
     links = desired_links(node.layout, rec, cid)
     if links is None:
-        with state_lock(config.state_dir):
-            release_locked(config.state_dir, node.layout, cid, reporter, why="cgroup gone, forgotten")
+        release_container(cid, config.state_dir, config.cgroup_root, reporter, why="cgroup gone, forgotten")
         forgotten.append(cid)
     return links
 

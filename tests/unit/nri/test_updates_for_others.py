@@ -1,0 +1,91 @@
+"""The NRI replies carry updates for other containers than the event's (the reply's ``update`` field).
+
+When a node fact changes between two events (kubelet's checkpoint moves a container; an admin
+changes the shared CPUs), the next event's reply brings every other tracked container whose
+decision changed to its new set, so that a CPU kubelet hands to the event's container is free
+before that container starts. Nothing is sent unsolicited (containerd/nri#301): the plugin over
+a socketpair with the in-test runtime, on a fake node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import pytest
+
+from mixed_cpus_hook.frontends.nri.handlers import Handlers
+from mixed_cpus_hook.frontends.nri.wire import api
+from mixed_cpus_hook.node.config import load_config
+
+from .peer import POD_UID, Running, create_request, pod_and_container
+
+APP, OTHER = "a1" * 32, "b2" * 32
+OTHER_UID = "11111111-2222-3333-4444-555555555555"
+
+
+def updates(reply: Any) -> Dict[str, Tuple[str, int]]:
+    return {u.container_id: (u.linux.resources.cpu.cpus, u.linux.resources.cpu.quota.value) for u in reply.update}
+
+
+class World:
+    def __init__(self, node: Any, running: Running) -> None:
+        self.node, self.running, self.peer = node, running, running.peer
+
+    def checkpoint(self, app: str, other: str = "") -> None:
+        entries: Dict[str, Dict[str, str]] = {POD_UID: {"app": app}}
+        if other:
+            entries[OTHER_UID] = {"other": other}
+        self.node.write_checkpoint(entries)
+
+    def create(self, cid: str, **kwargs: Any) -> Any:
+        return self.peer.call("CreateContainer", create_request(cid, **kwargs), api.CreateContainerResponse)
+
+
+@pytest.fixture
+def world(fake_node: Callable[..., Any], reporter: Any) -> Iterator[World]:
+    node = fake_node(version=1, online="0-7")
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    node.add_container(OTHER, name="other", cpus="4-5", quota=200000, pod_quota=200000, pod_uid=OTHER_UID)
+    running = Running(Handlers(load_config(node.config_path), reporter.reporter), reporter.reporter)
+    try:
+        running.peer.handshake()
+        yield World(node, running)
+    finally:
+        running.finish()
+
+
+def test_kubelet_moved_another_container_its_update_rides_on_the_next_create(world: World) -> None:
+    world.checkpoint("2-3")
+    first = world.create(APP)
+    assert first.adjust.linux.resources.cpu.cpus == "0-3" and list(first.update) == []
+    # kubelet restarted and reassigned: app moves to 6-7, and its old CPUs 2-3 go to "other"
+    world.checkpoint("6-7", other="2-3")
+    reply = world.create(OTHER, name="other", cpus="2-3", pod_uid=OTHER_UID)
+    assert reply.adjust.linux.resources.cpu.cpus == "0-3"
+    # app leaves 2-3 in the same reply, before "other" starts on them
+    assert updates(reply) == {APP: ("0-1,6-7", 400000)}
+    assert world.node.records("containers")[APP]["exclusive"] == "6-7"
+
+
+def test_nothing_changed_no_updates(world: World) -> None:
+    world.checkpoint("2-3", other="4-5")
+    world.create(APP)
+    reply = world.create(OTHER, name="other", pod_uid=OTHER_UID)
+    assert list(reply.update) == []
+
+
+def test_a_new_shared_set_reaches_every_container_at_the_next_event(world: World) -> None:
+    world.checkpoint("2-3", other="4-5")
+    world.create(APP)
+    world.create(OTHER, name="other", pod_uid=OTHER_UID)
+    world.node.write_config(shared="0")  # the admin shrinks the shared CPUs
+    world.node.write(world.node.records("containers")[APP]["cgroup"]["cpuset"].split("cpuset/", 1)[1],
+                     "cpuset.cpus", "0-3")  # what runc wrote from the first answer
+    reply = world.peer.call("UpdateContainer", api.UpdateContainerRequest(
+        container=pod_and_container(APP)[1], linux_resources=pod_and_container(APP, cpus="2-3")[1].linux.resources),
+        api.UpdateContainerResponse)
+    got: List[Tuple[str, str]] = [(u.container_id, u.linux.resources.cpu.cpus) for u in reply.update]
+    # the event's container first (kubelet's update rewritten), then the other one
+    assert got == [(APP, "0,2-3"), (OTHER, "0,4-5")]
+    quotas = {u.container_id: u.linux.resources.cpu.quota.value for u in reply.update}
+    assert quotas == {APP: 300000, OTHER: 300000}  # base 200000 + one shared CPU now
