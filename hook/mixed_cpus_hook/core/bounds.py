@@ -50,6 +50,11 @@ UID_CHARS = frozenset("0123456789abcdefABCDEF-")
 # known before any is read): kubelet and the runtimes add a few dozen, pods rarely more.
 MAX_ANNOTATIONS_BYTES = 256 << 10
 MAX_ANNOTATIONS = 4096
+# A container's environment (its "NAME=value" entries: the CPU DRA driver's claims are there):
+# Kubernetes sets no limit on their number; the kernel's ARG_MAX (2 MiB by default on Linux, for
+# the arguments and the environment together) bounds what a process can start with.
+MAX_ENV_ENTRIES = 32768
+MAX_ENV_BYTES = 2 << 20
 # A cgroups path or a pod's cgroup parent: PATH_MAX, and NAME_MAX for each of its components.
 MAX_CGROUPS_PATH = 4096
 MAX_PATH_COMPONENT = 255

@@ -152,10 +152,12 @@ def compute_source(decision: Exclusive, rec: Optional[ContainerRecord]) -> str:
     return decision.source
 
 
-def compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[ContainerRecord]) -> Desired:
+def compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[ContainerRecord],
+                    share_mcpu: Optional[int] = None) -> Desired:
     """THE decision for one container: exclusive ∪ shared, its quota raised by its share.
 
-    The share is the shared CPUs' worth (|shared| x period per period); the quota follows
+    The share is the shared CPUs' worth (|shared| x period per period), or ``share_mcpu`` when the
+    shared CPUs are a pool whose size changes (its configured budget); the quota follows
     kubelet's value (a resize is a new base; our own earlier value is recognised, so deciding
     again never adds twice). Unlimited stays unlimited.
     """
@@ -166,7 +168,7 @@ def compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[Containe
     prev_quota = rec.quota if rec is not None else None
     hint = compute_quota_hint(prev_quota, rec.exclusive if rec is not None else None, decision.cpus,
                               now.quota.period)
-    share = len(shared) * MCPU
+    share = len(shared) * MCPU if share_mcpu is None else share_mcpu
     quota = compute_quota(now.quota, prev_quota, share, hint)
     return Desired("mixed", decision.cpus, shared, compute_source(decision, rec), quota, share, decision.note,
                    decision.source)

@@ -30,9 +30,14 @@ PREFIX_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])
 # Prefixes CRI-O strips or acts on itself.
 FORBIDDEN_PREFIXES = ("cpu-shared.crio.io",)
 POLICIES = ("fail", "ignore")
+EXCLUSIVE_SOURCES = ("kubelet", "dra")
+POOL = "pool"  # shared_cpus: the pool that follows the exclusive allocations
 CONFIG_KEYS = (
     "shared_cpus",
     "shared_cpus_file",
+    "reserved_cpus",
+    "exclusive_source",
+    "pool_quota_cpus",
     "annotation_prefix",
     "failure_policy",
     "cgroup_root",
@@ -112,11 +117,22 @@ def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
     for key in doc:
         if key not in CONFIG_KEYS:
             raise err(f"unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})", where)
-    shared = doc.get("shared_cpus")
-    if "shared_cpus" in doc and not isinstance(shared, str) and not (
-        isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0
-    ):
-        raise err(f"setting 'shared_cpus' must be a cpulist string, not {_type_name(shared)}", where)
+    for key in ("shared_cpus", "reserved_cpus"):
+        value = doc.get(key)
+        if key in doc and not isinstance(value, str) and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ):
+            raise err(f"setting {key!r} must be a cpulist string, not {_type_name(value)}", where)
+    source = _field(doc, "exclusive_source", str, where, err)
+    if source is not None and source not in EXCLUSIVE_SOURCES:
+        raise err(f"setting 'exclusive_source': {source!r} is not one of {', '.join(EXCLUSIVE_SOURCES)}", where)
+    if source == "dra" and doc.get("shared_cpus") != POOL:
+        raise err("setting 'exclusive_source': dra needs 'shared_cpus: pool' (claims take their CPUs from the "
+                  "pool)", where)
+    budget = doc.get("pool_quota_cpus")
+    if "pool_quota_cpus" in doc and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                     or not 0 <= budget <= 8192):
+        raise err(f"setting 'pool_quota_cpus' must be a number of CPUs from 0 to 8192, not {budget!r:.40}", where)
     for key in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root", "kubelet_state_file", "metrics_file"):
         _abs_path(doc, key, where, err)
     prefix = _field(doc, "annotation_prefix", str, where, err)

@@ -41,6 +41,9 @@ class Config(NamedTuple):
 
     shared_cpus: Optional[str] = None
     shared_cpus_file: str = "/etc/mixed-cpus-hook/shared-cpus"
+    reserved_cpus: Optional[str] = None
+    exclusive_source: str = "kubelet"
+    pool_quota_cpus: float = 1
     annotation_prefix: str = "mixed-cpus.openshift.io"
     failure_policy: str = "fail"
     cgroup_root: str = "/sys/fs/cgroup"
@@ -59,8 +62,9 @@ def parse_config(doc: Any, where: str) -> Config:
         doc = {}
     check_config(doc, where, ConfigError)
     values: Dict[str, Any] = dict(doc)
-    if "shared_cpus" in values:
-        values["shared_cpus"] = str(values["shared_cpus"])
+    for key in ("shared_cpus", "reserved_cpus"):
+        if key in values:
+            values[key] = str(values[key])
     if "allowed_namespaces" in values:
         values["allowed_namespaces"] = tuple(values["allowed_namespaces"])
     return Config(source=where, **values)
@@ -231,8 +235,29 @@ def load_config(path: Optional[str] = None, cache_dir: Optional[str] = None,
     return config
 
 
+def is_pool(config: Config) -> bool:
+    """Whether the shared CPUs are the pool that follows the exclusive allocations (shared_cpus: pool)."""
+    return config.shared_cpus == "pool"
+
+
+def compute_pool_quota_mcpu(config: Config) -> int:
+    """pool_quota_cpus in millicpus (the quota budget of a mixed container's time on the pool)."""
+    return int(round(config.pool_quota_cpus * 1000))
+
+
+def load_reserved_cpus(config: Config) -> FrozenSet[int]:
+    """reserved_cpus (never in the pool, never claimable); empty when unset."""
+    if config.reserved_cpus is None:
+        return frozenset()
+    return parse_cpulist(config.reserved_cpus, f"{config.source}: setting 'reserved_cpus'")
+
+
 def load_shared_cpus(config: Config) -> Tuple[FrozenSet[int], str]:
-    """The node's shared CPUs and where they came from (the setting or the file)."""
+    """The node's shared CPUs and where they came from (the setting or the file); a fixed set only
+    (with shared_cpus: pool, node.facts computes the pool)."""
+    if is_pool(config):
+        raise ConfigError("the shared CPUs are the pool (shared_cpus: pool): they follow the exclusive "
+                          "allocations and are not a fixed list", f"{config.source}: setting 'shared_cpus'")
     if config.shared_cpus is not None:
         where = f"{config.source}: setting 'shared_cpus'"
         cpus = parse_cpulist(config.shared_cpus, where)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 
 from ..core.cgroup import Layout
-from ..core.cpuset import require_subset
-from ..core.errors import HookError
+from ..core.cpuset import format_cpulist, require_subset
+from ..core.errors import ConfigError, HookError
 from . import cgroupfs as cg
-from .config import Config, load_shared_cpus, read_online_cpus
+from .config import (Config, compute_pool_quota_mcpu, is_pool, load_reserved_cpus, load_shared_cpus,
+                     read_online_cpus)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -38,6 +39,14 @@ class NodeFacts(NamedTuple):
     checkpoint_note: str = ""  # why the checkpoint is not used, when it exists but is refused
     # Bumped by a FactsCache whenever a fact changed since the last read (0 without a cache).
     generation: int = 0
+    # shared_cpus: pool. ``shared`` is then the pool as the facts give it: with exclusive_source
+    # kubelet, kubelet's defaultCpuSet minus the reserved CPUs; with dra, every online CPU that is not
+    # reserved (the claims are subtracted by the DRA engine, which knows them).
+    pool: bool = False
+    reserved: FrozenSet[int] = frozenset()
+    # A mixed container's share of quota in millicpus when it is not the shared CPUs' count (the
+    # pool's budget, pool_quota_cpus); None: |shared| x 1000.
+    share_mcpu: Optional[int] = None
 
 
 def _stat_key(path: str) -> Optional[Tuple[int, int, int, int, int]]:
@@ -68,7 +77,7 @@ class FactsCache:
     def settle(self, facts: NodeFacts) -> NodeFacts:
         """``facts`` with this cache's generation, bumped when anything differs from the last read."""
         last = self._last
-        if last is None or last[:6] != facts[:6]:
+        if last is None or last[:6] != facts[:6] or last[7:] != facts[7:]:
             self.generation += 1
         out = facts._replace(generation=self.generation)
         self._last = out
@@ -139,9 +148,33 @@ def read_node_facts(config: Config, cache: Optional[FactsCache] = None) -> NodeF
     With a ``cache`` a file is parsed again only when it changed (the online CPUs, one small
     sysfs read, always are); without one everything is read.
     """
-    shared, where = _read_shared(config, cache)
     online = read_online_cpus(config.sys_root)
-    require_subset(shared, online, "shared CPUs (offline or absent)", where)
     checkpoint, note = read_checkpoint(config, cache)
-    facts = NodeFacts(_read_layout(config, cache), shared, where, online, checkpoint, note)
+    if is_pool(config):
+        facts = _pool_facts(config, online, checkpoint, note, _read_layout(config, cache))
+    else:
+        shared, where = _read_shared(config, cache)
+        require_subset(shared, online, "shared CPUs (offline or absent)", where)
+        facts = NodeFacts(_read_layout(config, cache), shared, where, online, checkpoint, note)
     return cache.settle(facts) if cache is not None else facts
+
+
+def _pool_facts(config: Config, online: FrozenSet[int], checkpoint: Optional[Checkpoint], note: str,
+                layout: cg.Layout) -> NodeFacts:
+    """The pool as the node's facts give it (see NodeFacts.pool)."""
+    reserved = load_reserved_cpus(config)
+    where = f"{config.source}: setting 'shared_cpus' (pool)"
+    if config.exclusive_source == "dra":
+        pool = online - reserved
+        return NodeFacts(layout, pool, where + " : the online CPUs outside reserved_cpus, less the claims", online,
+                         checkpoint, note, pool=True, reserved=reserved)
+    if checkpoint is None:
+        raise ConfigError("shared_cpus: pool with exclusive_source kubelet follows kubelet's checkpoint, and there is "
+                          f"none to read ({note or config.kubelet_state_file + ': not there'}): is kubelet's CPU "
+                          "manager policy static?", where)
+    pool = (checkpoint.default & online) - reserved
+    if not pool:
+        raise ConfigError(f"the pool is empty: kubelet's defaultCpuSet {format_cpulist(checkpoint.default)} less "
+                          f"reserved_cpus {format_cpulist(reserved)}", where)
+    return NodeFacts(layout, pool, where + ": kubelet's defaultCpuSet less reserved_cpus", online, checkpoint, note,
+                     pool=True, reserved=reserved, share_mcpu=compute_pool_quota_mcpu(config))

@@ -371,10 +371,14 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
     """Write a record file atomically (temporary file, then rename); returns its path."""
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     _check_dir(folder)
+    return _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
+
+
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> str:
+    """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it."""
     try:
-        os.makedirs(folder, mode=0o755, exist_ok=True)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             data = json.dumps(doc, indent=1, sort_keys=True).encode()
@@ -490,3 +494,33 @@ def watchable(name: str) -> bool:
     if not 0 < len(name) <= MAX_WATCHABLE_ID or name[0] == "." or not UNIT_CHARS.issuperset(name):
         return False
     return "." not in name or name.rsplit(".", 1)[1] not in BACKUP_EXTENSIONS
+
+
+# -- the pool's placements (shared_cpus: pool, exclusive_source dra) ----------------------------
+# One file, ``<state_dir>/pool.json``: what the NRI plugin placed where (the pool, each container's
+# kind, claims and cpuset), written whole after every change, for `status`, `check` and metrics
+# (other processes). The plugin itself rebuilds this from the runtime at every Synchronize: the
+# file is a report, never its input.
+POOL_FILE = "pool.json"
+
+
+def save_pool_snapshot(state_dir: str, doc: Dict[str, Any]) -> str:
+    """Write the pool's placements atomically (temporary file, then rename); returns its path."""
+    return _write_whole(os.path.join(state_dir, POOL_FILE), os.path.join(state_dir, f".{POOL_FILE}.{os.getpid()}.tmp"),
+                        doc)
+
+
+def load_pool_snapshot(state_dir: str) -> Optional[Dict[str, Any]]:
+    """The pool's placements as the plugin last wrote them; None when there are none (not pool mode)."""
+    from ..node.files import FileRefused, read_regular_file
+
+    path = os.path.join(state_dir, POOL_FILE)
+    try:
+        doc = json.loads(read_regular_file(path, MAX_RECORD_BYTES * 16, follow=False))
+    except FileNotFoundError:
+        return None
+    except (OSError, FileRefused, ValueError, RecursionError) as exc:
+        raise RecordError(f"cannot read the pool's placements: {exc}", path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("members"), dict):
+        raise RecordError("not the pool's placements", path)
+    return doc

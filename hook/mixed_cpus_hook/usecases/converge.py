@@ -94,7 +94,8 @@ def converge(state_dir: str, node: NodeFacts, t: Target, reporter: Reporter, rea
     pins_lost = False
     for _ in range(MAX_PASSES):
         observed = observe(layout, t.dirs, pod)
-        desired = compute_desired(Kubelet(observed.cpus, observed.quota, spec_cpus, assigned), node.shared, prev)
+        desired = compute_desired(Kubelet(observed.cpus, observed.quota, spec_cpus, assigned), node.shared, prev,
+                                  node.share_mcpu)
         if desired.note and desired.note not in notes:
             notes.append(desired.note)
             if not dry_run and desired.mixed:

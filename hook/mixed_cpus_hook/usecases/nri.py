@@ -21,12 +21,12 @@ from ..core.cgroup import Dirs, Layout, Quota, compute_nri_cgroup
 from ..core.cpuset import require_subset
 from ..core.cpuset import format_cpulist
 from ..core.desired import Desired, Kubelet, compute_desired, compute_pod_quota
-from ..core.errors import CgroupError, HookError
+from ..core.errors import CgroupError, HookError, PolicyError
 from ..core.model import Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update, compute_adjustment
 from ..core.plan import compute_pod_write, describe
 from ..core.quota import compute_settled, format_quota_value
 from ..node import cgroupfs as cg
-from ..node.config import Config
+from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
 from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
@@ -71,6 +71,8 @@ class ContainerFacts(NamedTuple):
     pod_cgroup: str
     stopped: bool = False
     period: int = 0  # the period given without a quota (0: none)
+    env: Tuple[str, ...] = ()  # "NAME=value" (the claims of the dra source are there)
+    shares: int = 0  # CPU shares (kubelet gives 2 to a container without a CPU request)
 
 
 def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tuple[Dirs, Dirs]:
@@ -146,7 +148,7 @@ class NriEngine:
         kubelet's checkpoint, a new exclusive set must be held by no other recorded container; the
         raised quotas must be ones the kernel takes: both checked before anything is saved.
         """
-        desired = compute_desired(now, node.shared, prev)
+        desired = compute_desired(now, node.shared, prev, node.share_mcpu)
         if not desired.mixed:
             return desired, None
         where = f"container {cid}"
@@ -249,7 +251,13 @@ class NriEngine:
         """
         request = read_request(facts.annotations, self.config, self.reporter, facts.id)
         if request is None:
-            return Answer(Outcome("skipped"))
+            if not self.places_all():
+                return Answer(Outcome("skipped"))
+            # With the pool, another container's creation may change the mixed ones' pool part
+            # (kubelet's checkpoint gave it CPUs from the default set): their updates ride on its reply.
+            node = self.facts()
+            with state_lock(self.state_dir):
+                return Answer(Outcome("skipped"), None, self._others(node, facts.id))
         node = self.facts()
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
         if not os.path.isdir(pod.cpu):
@@ -320,6 +328,77 @@ class NriEngine:
                 self.reporter.emit("info", f"container {cid}: {line}", to_stream=False)
                 lines += (line,)
             return Answer(Outcome("applied", lines), compute_adjustment(new), self._others(node, cid))
+
+    def start(self, cid: str, pod_uid: str = "", name: str = "") -> Answer:
+        """StartContainer, with the pool (exclusive_source kubelet): before a container with exclusive
+        CPUs starts, no mixed container holds them.
+
+        The reply to its CreateContainer carried the updates that took those CPUs out of every
+        mixed container's pool part, but a runtime ignores an update it cannot apply: the mixed
+        containers' cgroups are read back here, and a cpuset that still holds one of the CPUs is
+        written again (its record says what it should be). PolicyError when one still does.
+        """
+        if not self.places_all():
+            return Answer(Outcome("skipped"))
+        node = self.facts()
+        assigned = None
+        if node.checkpoint is not None:
+            from ..node.kubelet import compute_assigned
+
+            assigned = compute_assigned(node.checkpoint, pod_uid, name, cid)
+        if not assigned:
+            return Answer(Outcome("skipped"))
+        lines: List[str] = []
+        stuck: List[str] = []
+        with state_lock(self.state_dir):
+            self._others(node, cid)  # the records follow the pool that kubelet's new assignment left
+            for other in list_records(self.state_dir, "containers"):
+                if other == cid:
+                    continue
+                try:
+                    line = self._enforce(node, other, assigned)
+                except HookError as exc:
+                    self.reporter.error(f"nri: container {other}: {exc}")
+                    line = ""
+                if line:
+                    lines.append(line)
+                elif line == "":
+                    stuck.append(other)
+        if stuck:
+            self.telemetry.error("StartContainer", "exclusivity")
+            raise PolicyError(f"its exclusive CPUs {format_cpulist(assigned)} are still in the cpuset of mixed "
+                              f"container(s) {', '.join(stuck[:3])}: exclusivity cannot hold, refused",
+                              f"container {cid}")
+        return Answer(Outcome("applied" if lines else "in-sync", tuple(lines)))
+
+    def _enforce(self, node: NodeFacts, cid: str, claimed: FrozenSet[int]) -> Optional[str]:
+        """None: ``cid`` (a mixed NRI container) holds none of ``claimed``; a line: it did and was
+        written back to its record's set; "": it still does."""
+        rec = load_container(self.state_dir, cid)
+        if rec is None or rec.mode != "nri" or rec.phase != "applied":
+            return None
+        dirs = inside(node.layout, rec.cgroup, f"record {cid}")
+        if not exists(dirs):
+            return None
+        assert dirs is not None
+        current = cg.read_cpus(node.layout, dirs.cpuset)
+        if not current & claimed:
+            return None
+        path = cg.cpuset_file(node.layout, dirs.cpuset)
+        cg.write_text(path, format_cpulist(rec.desired))
+        if cg.read_cpus(node.layout, dirs.cpuset) & claimed:
+            return ""
+        line = f"container {cid}: {path}: {format_cpulist(current)} -> {format_cpulist(rec.desired)} (pool shrunk)"
+        self.reporter.warning(f"nri: {line}")
+        return line
+
+    def tracks(self, cid: str) -> bool:
+        """Whether ``cid`` (a plain id, checked by the caller) has a record: one stat."""
+        return os.path.lexists(os.path.join(self.state_dir, "containers", cid + ".json"))
+
+    def places_all(self) -> bool:
+        """Whether every container's creation matters (shared_cpus: pool), not only the asking ones'."""
+        return is_pool(self.config)
 
     def stop(self, cid: str, why: str = "stopped") -> Answer:
         """StopContainer / RemoveContainer: give the pod's share back, forget the container."""

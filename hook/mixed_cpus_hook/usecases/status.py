@@ -111,7 +111,8 @@ def _verify(state_dir: str, node: NodeFacts, rec: ContainerRecord, row: Dict[str
         return
     observed = observe(node.layout, dirs, pod if pod is not None and os.path.isdir(pod.cpu) else None)
     assigned = read_assigned(node, rec.identity, rec.id)
-    desired = compute_desired(Kubelet(observed.cpus, observed.quota, None, assigned), node.shared, rec)
+    desired = compute_desired(Kubelet(observed.cpus, observed.quota, None, assigned), node.shared, rec,
+                              node.share_mcpu)
     exclusive = desired.exclusive if desired.mixed else rec.exclusive
     row.update(exclusive=format_cpulist(exclusive), exclusive_source=desired.decided_by,
                desired=format_cpulist(exclusive | node.shared), actual=format_cpulist(observed.cpus))

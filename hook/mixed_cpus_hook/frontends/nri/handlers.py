@@ -16,10 +16,10 @@ kubelet's values pass through unchanged.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ...core.bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ID,
+from ...core.bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ENV_BYTES,
+                            MAX_ENV_ENTRIES, MAX_ID,
                             MAX_NAME, MAX_SYNC_CONTAINERS, MAX_SYNC_KEPT_BYTES, MAX_SYNC_PODS, MAX_UID, check_length,
                             check_period, check_quota, quote)
 from ...core.cgroup import Quota
@@ -31,11 +31,16 @@ from ...core.validate import is_plain_name
 from ...node.config import Config
 from ...node.facts import FactsCache
 from ...node.log import Reporter
+from ...core.pool import CLAIM_PREFIX
+from ...node.config import is_pool
+from ...usecases.dra import DraEngine
 from ...usecases.nri import ContainerFacts, NriEngine, describe_adjustment
 from .wire import api
 from .wire.ttrpc import MAX_MESSAGE
 
 EVENTS = api.event_mask("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
+# With the pool (shared_cpus: pool), a claimant's start is checked too (the others' updates landed).
+POOL_EVENTS = EVENTS | api.event_mask("START_CONTAINER")
 STOPPED = api.CONTAINER_STATES["CONTAINER_STOPPED"]
 # The updates of one SynchronizeResponse: one ttrpc message, less room for the response around them.
 SYNC_RESPONSE_BUDGET = MAX_MESSAGE - 4096
@@ -106,9 +111,20 @@ def compute_facts(pod: "api.PodSandbox", container: "api.Container",
     annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
                         CONTAINER_NAME: container.name})
     cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu", cpus_limit)
+    cpu = container.linux.resources.cpu
     return ContainerFacts(id=container.id, annotations=annotations, cpus=cpus, quota=quota,
                           cgroups_path=container.linux.cgroups_path, pod_cgroup=pod.linux.cgroup_parent,
-                          stopped=container.state == STOPPED, period=period)
+                          stopped=container.state == STOPPED, period=period, env=read_claim_env(container.env, where),
+                          shares=cpu.shares.value if cpu.HasField("shares") else 0)
+
+
+def read_claim_env(env: Sequence[str], where: str) -> Tuple[str, ...]:
+    """The container's DRA_CPUSET_* entries (the claims); the environment's size within bounds first."""
+    if len(env) > MAX_ENV_ENTRIES:
+        raise RuntimeInputError(f"environment of {len(env)} entries, more than the {MAX_ENV_ENTRIES} read", where)
+    if sum(len(e) for e in env) > MAX_ENV_BYTES:
+        raise RuntimeInputError(f"environment larger than {MAX_ENV_BYTES} characters", where)
+    return tuple(e for e in env if e.startswith(CLAIM_PREFIX))
 
 
 def parse_cpu(resources: "api.LinuxResources", where: str,
@@ -206,6 +222,8 @@ class SyncContainer(NamedTuple):
     cpus: str
     quota: Optional[int]
     period: Optional[int]
+    shares: int
+    env: Tuple[str, ...]  # the DRA_CPUSET_* entries only (bounded)
     annotations: Tuple[Tuple[str, str], ...]
 
 
@@ -279,6 +297,7 @@ class SyncParts:
                                   _cut(cpu.cpus, MAX_CPULIST_TEXT),
                                   cpu.quota.value if cpu.HasField("quota") else None,
                                   cpu.period.value if cpu.HasField("period") else None,
+                                  cpu.shares.value if cpu.HasField("shares") else 0, _claims_kept(ctr.env),
                                   tuple((k, v) for k, v in _bounded_pairs(ctr.annotations) if k.endswith(suffix)))
             if not self._keep(kept):
                 self.dropped_containers += 1
@@ -287,11 +306,18 @@ class SyncParts:
 
     def _keep(self, entry: Tuple[Any, ...]) -> bool:
         size = ENTRY_COST + sum(len(v) for v in entry if isinstance(v, str)) + sum(
-            len(k) + len(v) for k, v in entry[-1])
+            len(k) + len(v) for k, v in entry[-1]) + sum(len(e) for e in getattr(entry, "env", ()))
         if self.kept + size > MAX_SYNC_KEPT_BYTES:
             return False
         self.kept += size
         return True
+
+
+def _claims_kept(env: Sequence[str]) -> Tuple[str, ...]:
+    """What a Synchronize keeps of a container's environment: its claims, none past the bounds."""
+    if len(env) > MAX_ENV_ENTRIES:
+        return ()
+    return tuple(_cut(e, MAX_CPULIST_TEXT + 256) for e in env if e.startswith(CLAIM_PREFIX))
 
 
 def _bounded_pairs(field: Any) -> Iterable[Tuple[str, str]]:
@@ -313,6 +339,9 @@ def to_messages(pod: SyncPod, ctr: SyncContainer) -> Tuple["api.PodSandbox", "ap
         cpu.quota.value = ctr.quota
     if ctr.period is not None:
         cpu.period.value = ctr.period
+    if ctr.shares:
+        cpu.shares.value = ctr.shares
+    ctr_msg.env.extend(ctr.env)
     ctr_msg.annotations.update(dict(ctr.annotations))
     return pod_msg, ctr_msg
 
@@ -331,7 +360,11 @@ class Handlers:
     def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None) -> None:
         self.config = config
         self.reporter = reporter
-        self.engine = NriEngine(config, reporter, cache)
+        # Every container is placed (not only those that ask) when the shared CPUs are a pool: with
+        # exclusive_source dra all of them move with the claims; with kubelet, a new exclusive
+        # container changes the pool of the mixed ones.
+        self.places_all = is_pool(config)
+        self.engine: NriEngine = (DraEngine if config.exclusive_source == "dra" else NriEngine)(config, reporter, cache)
         # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
         self.stopping: Callable[[], bool] = lambda: False
         # The Synchronize being collected (its parts so far), bounded.
@@ -354,7 +387,7 @@ class Handlers:
                            f"{quote(req.runtime_version, bare=True)}".rstrip()
                            + (f" (NRI {quote(req.NRI_version, bare=True)})" if req.NRI_version else "")
                            + f", request timeout {req.request_timeout} ms")
-        return api.ConfigureResponse(events=EVENTS)
+        return api.ConfigureResponse(events=POOL_EVENTS if self.places_all else EVENTS)
 
     # CreateContainer -------------------------------------------------------------------
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
@@ -366,7 +399,7 @@ class Handlers:
             self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
             return api.CreateContainerResponse()
         annotations[CONTAINER_NAME] = req.container.name
-        if not may_ask(annotations):
+        if not (self.places_all or may_ask(annotations)):
             return api.CreateContainerResponse()
         try:
             answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit()))
@@ -410,7 +443,7 @@ class Handlers:
         records.record_path checks it)."""
         if not cid or len(cid) > MAX_ID or not is_plain_name(cid):
             return False
-        return os.path.lexists(os.path.join(self.config.state_dir, "containers", cid + ".json"))
+        return self.engine.tracks(cid)
 
     # StopContainer, RemoveContainer ------------------------------------------------------
     def release(self, cid: str, why: str) -> Answer:
@@ -434,7 +467,37 @@ class Handlers:
     def state_change(self, req: "api.StateChangeEvent") -> "api.Empty":
         if req.event == api.EVENTS["REMOVE_CONTAINER"] and req.container.id:
             self.release(req.container.id, "removed")
+        elif req.event == api.EVENTS["START_CONTAINER"] and req.container.id:
+            self.start(req.pod, req.container)
         return api.Empty()
+
+    # StartContainer ---------------------------------------------------------------------
+    def start_container(self, req: "api.StartContainerRequest") -> "api.StartContainerResponse":
+        self.start(req.pod, req.container)
+        return api.StartContainerResponse()
+
+    def start(self, pod: "api.PodSandbox", container: "api.Container") -> None:
+        """Before a container with exclusive CPUs starts, nobody else holds them (shared_cpus: pool).
+
+        An error fails the start (containerd fails the CRI StartContainer before the task starts)
+        under ``failure_policy: fail``; under ``ignore`` it is logged and the container starts.
+        """
+        where = f"nri: StartContainer {describe_container(pod, container)}"
+        try:
+            check_length(container.id, MAX_ID, "container id", where)
+            check_length(pod.uid, MAX_UID, "pod uid", where)
+            check_length(container.name, MAX_NAME, "container name", where)
+            answer = self.engine.start(container.id, pod.uid, container.name)
+        except Exception as exc:  # noqa: BLE001 - failure_policy decides
+            self.engine.count_error("StartContainer", exc)
+            problem = format_problem(exc)
+            if self.config.failure_policy == "fail":
+                self.reporter.error(f"{where}: {problem}")
+                raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
+            self.reporter.warning(f"{where}: {problem} (failure_policy ignore: started anyway)")
+            return
+        for line in answer.outcome.lines:
+            self.reporter.info(f"{where}: {line}")
 
     # Synchronize -----------------------------------------------------------------------
     def decode_synchronize(self, payload: bytes) -> "api.SynchronizeRequest":
@@ -460,6 +523,8 @@ class Handlers:
         records say what they need). Records of NRI containers the runtime did not list are
         released only when their cgroup is gone too, and not at all when the Synchronize was cut.
         """
+        if isinstance(self.engine, DraEngine):
+            return self._sync_all(parts)
         updates: List["api.ContainerUpdate"] = []
         size = 0
         known = set()
@@ -495,6 +560,42 @@ class Handlers:
             return updates
         self.engine.release_unlisted(known)
         return updates
+
+    def _sync_all(self, parts: SyncParts) -> List["api.ContainerUpdate"]:
+        """exclusive_source dra: the whole model rebuilt from every container, updates for all."""
+        facts: List[ContainerFacts] = []
+        for ctr in parts.containers:
+            if self.stopping():
+                raise Interrupted("the plugin is stopping")
+            if ctr.state == STOPPED:
+                continue
+            pod = parts.pods.get(ctr.pod_sandbox_id, NO_POD)
+            try:
+                facts.append(compute_facts(*to_messages(pod, ctr), self.cpus_limit()))
+            except Exception as exc:  # noqa: BLE001 - one container never fails the others
+                self.engine.count_error("Synchronize", exc)
+                self.reporter.error(f"{sync_where(pod, ctr)}: {format_problem(exc)} (skipped)")
+        if parts.cut:
+            self.reporter.error(f"nri: Synchronize: more than the plugin keeps ({parts.dropped_pods} pod(s) and "
+                                f"{parts.dropped_containers} container(s) past bounds.MAX_SYNC_*): the pool is "
+                                "computed from the containers kept")
+        answer = self.engine.synchronize(facts)
+        return self._budgeted([format_update(u.container_id, u.resources, ignore_failure=True)
+                               for u in answer.updates])
+
+    def _budgeted(self, updates: List["api.ContainerUpdate"]) -> List["api.ContainerUpdate"]:
+        """The updates that fit one answer; the rest is left to the periodic reconcile."""
+        kept: List["api.ContainerUpdate"] = []
+        size = 0
+        for update in updates:
+            cost = update.ByteSize() + 16
+            if size + cost > SYNC_RESPONSE_BUDGET:
+                self.reporter.error(f"nri: Synchronize: {len(updates) - len(kept)} update(s) did not fit one "
+                                    "answer; the periodic reconcile applies them")
+                break
+            size += cost
+            kept.append(update)
+        return kept
 
     def _sync_one(self, pod: SyncPod, ctr: SyncContainer) -> Optional["api.ContainerUpdate"]:
         """One container of a Synchronize: its update, or None (most are neither tracked nor asking:

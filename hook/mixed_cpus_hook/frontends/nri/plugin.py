@@ -61,6 +61,8 @@ METHODS = {
     "StopContainer": (api.READ["StopContainerRequest"], "stop_container"),
     "RemoveContainer": (api.READ["RemoveContainerRequest"], "remove_container"),
     "StateChange": (api.READ["StateChangeEvent"], "state_change"),
+    # NRI >= 0.12 sends StartContainer as its own call (older ones as a StateChange event).
+    "StartContainer": (api.READ["StartContainerRequest"], "start_container"),
 }
 
 
