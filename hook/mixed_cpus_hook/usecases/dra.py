@@ -32,7 +32,7 @@ from ..core.cgroup import Dirs, Quota
 from ..core.cpuset import format_cpulist
 from ..core.errors import HookError, PolicyError
 from ..core.model import ISOLATED_ENV, Adjustment, Answer, Outcome, Resources, Update
-from ..core.pool import (CLAIM, MIXED, Member, check_pool_not_empty, compute_changes, compute_claim_conflicts,
+from ..core.pool import (CLAIM, MIXED, POOL, Member, check_pool_not_empty, compute_changes, compute_claim_conflicts,
                          compute_kind, compute_placements, parse_claims)
 from ..core.request import POD_NAMESPACE, POD_UID
 from ..node import cgroupfs as cg
@@ -71,6 +71,16 @@ class DraEngine(NriEngine):
         # Starts refused because a claimed CPU stayed in another container's cpuset (metrics, status).
         self.exclusivity_failures = 0
         self.redone = 0
+        self.telemetry.pool_stats = self.pool_stats
+
+    def pool_stats(self) -> Dict[str, object]:
+        """The pool's figures for /metrics (read from the HTTP thread: only whole objects are read)."""
+        placed = self.placed
+        kinds: Dict[str, int] = {MIXED: 0, CLAIM: 0, POOL: 0}
+        for p in placed.values():
+            kinds[p.member.kind] = kinds.get(p.member.kind, 0) + 1
+        return {"cpus": len(self.pool), "containers": kinds, "exclusivity_failures": self.exclusivity_failures,
+                "rewrites": self.redone}
 
     # -- the model ------------------------------------------------------------------------------
 
@@ -94,6 +104,7 @@ class DraEngine(NriEngine):
         doc = {"pool": format_cpulist(self.pool), "exclusive_source": "dra",
                "exclusivity_failures": self.exclusivity_failures, "redone": self.redone,
                "members": {cid: {"kind": p.member.kind, "pod_uid": p.member.pod_uid, "namespace": p.namespace,
+                                 "cgroup": p.dirs.cpuset if p.dirs is not None else None,
                                  "claims": {c.uid: format_cpulist(c.cpus) for c in p.member.claims},
                                  "cpus": format_cpulist(p.cpus)} for cid, p in self.placed.items()}}
         try:

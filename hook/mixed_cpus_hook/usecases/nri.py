@@ -117,6 +117,15 @@ class NriEngine:
         # The node facts' generation the other tracked containers were last decided on.
         self.decided_generation = 0
         self._last: Optional[NodeFacts] = None
+        self.exclusivity_failures = 0
+        self.redone = 0
+        if is_pool(config) and config.exclusive_source != "dra":
+            self.telemetry.pool_stats = self._kubelet_pool_stats
+
+    def _kubelet_pool_stats(self) -> Dict[str, object]:
+        last = self._last
+        return {"cpus": len(last.shared) if last is not None else 0, "containers": {},
+                "exclusivity_failures": self.exclusivity_failures, "rewrites": self.redone}
 
     @property
     def state_dir(self) -> str:
@@ -364,8 +373,9 @@ class NriEngine:
                     lines.append(line)
                 elif line == "":
                     stuck.append(other)
+        self.redone += len(lines)
         if stuck:
-            self.telemetry.error("StartContainer", "exclusivity")
+            self.exclusivity_failures += 1
             raise PolicyError(f"its exclusive CPUs {format_cpulist(assigned)} are still in the cpuset of mixed "
                               f"container(s) {', '.join(stuck[:3])}: exclusivity cannot hold, refused",
                               f"container {cid}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..core.cpuset import format_cpulist
+from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.desired import Kubelet, compute_desired, compute_pod_quota
 from ..core.errors import HookError, RecordError
 from ..core.model import ContainerRecord
@@ -143,3 +143,77 @@ def _drift(state_dir: str, rec: ContainerRecord, desired: Desired, observed: Obs
         if pq.applied != observed.pod_quota.quota:
             drift.append({"field": "pod_quota", **row["pod_quota"]})
     return drift
+
+
+def read_pool_report(config: Config) -> Optional[Dict[str, Any]]:
+    """shared_cpus: pool: the pool now, its size, who is on it, and each placement checked against its
+    cgroup (None when the shared CPUs are a fixed set).
+
+    With exclusive_source dra the placements are the NRI plugin's (``<state_dir>/pool.json``, its
+    report of what it placed where); with kubelet the pool is kubelet's defaultCpuSet less
+    reserved_cpus, and the mixed containers are the rows.
+    """
+    from ..node.config import is_pool
+    from ..store.records import load_pool_snapshot
+
+    if not is_pool(config):
+        return None
+    report: Dict[str, Any] = {"source": config.exclusive_source, "pool": "", "size": 0, "members": [],
+                              "drift": [], "problem": ""}
+    if config.exclusive_source != "dra":
+        try:
+            node = read_node_facts(config)
+            report.update(pool=format_cpulist(node.shared), size=len(node.shared))
+        except HookError as exc:
+            report["problem"] = str(exc)
+        return report
+    try:
+        snap = load_pool_snapshot(config.state_dir)
+    except HookError as exc:
+        report["problem"] = str(exc)
+        return report
+    if snap is None:
+        report["problem"] = "no placements yet: the NRI plugin has not synchronized with the runtime"
+        return report
+    pool = str(snap.get("pool", ""))
+    report.update(pool=pool, size=len(parse_cpulist(pool)) if pool else 0,
+                  exclusivity_failures=snap.get("exclusivity_failures", 0), rewrites=snap.get("redone", 0))
+    for cid, m in sorted(snap["members"].items()):
+        member = {"id": cid, "kind": m.get("kind", ""), "namespace": m.get("namespace", ""),
+                  "claims": m.get("claims", {}), "desired": m.get("cpus", ""), "actual": ""}
+        cgroup = m.get("cgroup")
+        if isinstance(cgroup, str) and os.path.isfile(os.path.join(cgroup, "cpuset.cpus")):
+            member["actual"] = _read_cpuset(cgroup)
+            if member["desired"] and member["actual"] != member["desired"]:
+                report["drift"].append(cid)
+        report["members"].append(member)
+    return report
+
+
+def _read_cpuset(cgroup: str) -> str:
+    from ..node import cgroupfs as cg
+
+    try:
+        return format_cpulist(parse_cpulist(cg.read_text(os.path.join(cgroup, "cpuset.cpus"))))
+    except HookError as exc:
+        return f"unreadable: {exc.message}"
+
+
+def format_pool_lines(report: Dict[str, Any], wide: bool = False) -> List[str]:
+    """The pool section of ``status``: one summary line, and with ``wide`` one line per container."""
+    members = report["members"]
+    kinds: Dict[str, int] = {}
+    for m in members:
+        kinds[m["kind"]] = kinds.get(m["kind"], 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no container placed"
+    lines = [f"pool ({report['source']}): {report['pool'] or 'empty'} ({report['size']} CPU(s)); {counts}"]
+    if report.get("problem"):
+        lines.append(f"  pool: {report['problem']}")
+    for cid in report["drift"]:
+        m = next(x for x in members if x["id"] == cid)
+        lines.append(f"  {cid[:12]}: cpuset is {m['actual']}, should be {m['desired']} ({m['kind']})")
+    if wide:
+        for m in members:
+            claims = ", ".join(f"{u} {c}" for u, c in sorted(m["claims"].items())) or "-"
+            lines.append(f"  {m['id'][:12]} {m['kind']:<5} claims {claims} cpuset {m['desired']}")
+    return lines

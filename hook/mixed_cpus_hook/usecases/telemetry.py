@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PREFIX = "mixed_cpus_hook_"
 # Answer-time buckets in seconds: NRI's request timeout is 2 s; a plugin answer is a few ms.
@@ -36,6 +36,9 @@ class Snapshot:
         self.requests, self.errors, self.histograms = requests, errors, histograms
         self.admitted, self.pod_quota_raised = admitted, pod_quota_raised
         self.connected, self.connected_since, self.tracked = connected, connected_since, tracked
+        # shared_cpus: pool: {"cpus": size, "containers": {kind: count}, "exclusivity_failures": n,
+        # "rewrites": n} (None otherwise)
+        self.pool: Optional[Dict[str, Any]] = None
 
 
 class Telemetry:
@@ -54,6 +57,8 @@ class Telemetry:
         self._pod_quota_raised = 0
         self._connected = False
         self._connected_since: Optional[float] = None
+        # Set by the engine in pool mode: the pool's figures, read at scrape time.
+        self.pool_stats: Optional[Callable[[], Dict[str, Any]]] = None
 
     # -- what the front end reports ----------------------------------------------------------
     def request(self, event: str, seconds: float) -> None:
@@ -100,6 +105,11 @@ class Telemetry:
             snap = Snapshot(dict(self._requests), dict(self._errors),
                             {k: (list(c), t, n) for k, (c, t, n) in self._histograms.items()},
                             self._admitted, self._pod_quota_raised, self._connected, self._connected_since, None)
+        if self.pool_stats is not None:
+            try:
+                snap.pool = self.pool_stats()
+            except Exception:  # noqa: BLE001 - a scrape must not fail on the pool's figures
+                snap.pool = None
         if self._count_tracked is not None:  # outside the lock: a directory listing
             try:
                 snap.tracked = self._count_tracked()
@@ -145,4 +155,22 @@ def format_exposition(snap: Snapshot, version: str, buckets: Tuple[float, ...] =
     if snap.tracked is not None:
         out += [f"# HELP {p}mixed_containers Containers tracked as mixed now (records in the state directory).",
                 f"# TYPE {p}mixed_containers gauge", f"{p}mixed_containers {snap.tracked}"]
+    if snap.pool is not None:
+        out += format_pool_exposition(snap.pool)
     return "\n".join(out) + "\n"
+
+
+def format_pool_exposition(pool: Dict[str, Any]) -> List[str]:
+    """The pool's figures (shared_cpus: pool)."""
+    p = PREFIX
+    out = [f"# HELP {p}pool_cpus CPUs in the shared pool now.", f"# TYPE {p}pool_cpus gauge",
+           f"{p}pool_cpus {int(pool.get('cpus', 0))}",
+           f"# HELP {p}pool_containers Containers the plugin places, by kind (mixed: claim or exclusive + pool; "
+           "claim: the claim alone; pool: the pool alone).", f"# TYPE {p}pool_containers gauge"]
+    out += [f'{p}pool_containers{{kind="{_label(k)}"}} {n}' for k, n in sorted(pool.get("containers", {}).items())]
+    out += [f"# HELP {p}pool_exclusivity_failures_total Starts refused: a claimed or exclusive CPU stayed in another "
+            "container's cpuset.", f"# TYPE {p}pool_exclusivity_failures_total counter",
+            f"{p}pool_exclusivity_failures_total {int(pool.get('exclusivity_failures', 0))}",
+            f"# HELP {p}pool_rewrites_total Cpusets written back at a start (an update the runtime had not applied).",
+            f"# TYPE {p}pool_rewrites_total counter", f"{p}pool_rewrites_total {int(pool.get('rewrites', 0))}"]
+    return out

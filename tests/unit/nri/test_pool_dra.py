@@ -203,3 +203,36 @@ def test_synchronize_rebuilds_the_pool_from_the_containers(make_world: Callable[
         pods=[std[0], claimant[0]], containers=[std[1], claimant[1], mixed[1]]), api.SynchronizeResponse)
     assert updates(reply) == {STD: "0,3", MIXED: "0,2-3"}, world.reporter.stream.getvalue()
     # the claimant already holds its claim: no update for it
+
+
+def test_status_shows_the_pool_and_a_drifted_placement(make_world: Callable[..., World], run_cli: Any) -> None:
+    import json
+
+    world = make_world()
+    world.create(STD)
+    world.create(CLAIMANT, pod=POD_B, claims=((UID1, "1"),))
+    res = run_cli(["--config", world.node.config_path, "status", "--json"])
+    pool = json.loads(res.out)["pool"]
+    assert (pool["source"], pool["pool"], pool["size"], pool["drift"]) == ("dra", "0,2-3", 3, [])
+    assert {m["id"]: (m["kind"], m["desired"], m["actual"]) for m in pool["members"]} == {
+        STD: ("pool", "0,2-3", "0,2-3"), CLAIMANT: ("claim", "1", "1")}
+    assert res.code == 0
+    world.apply(STD, "0-3")  # someone gave the claimed CPU back to the standard container
+    res = run_cli(["--config", world.node.config_path, "status"])
+    assert res.code == 3 and f"{STD[:12]}: cpuset is 0-3, should be 0,2-3 (pool)" in res.out
+
+
+def test_metrics_show_the_pool(make_world: Callable[..., World]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mixed_cpus_hook.usecases.telemetry import format_exposition
+
+    world = make_world()
+    world.create(STD)
+    world.create(CLAIMANT, pod=POD_B, claims=((UID1, "1"),))
+    text = format_exposition(world.running.plugin.telemetry.snapshot(), "test")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("mixed_cpus_hook_pool_cpus", ())] == 3
+    assert samples[("mixed_cpus_hook_pool_containers", (("kind", "claim"),))] == 1
+    assert samples[("mixed_cpus_hook_pool_containers", (("kind", "pool"),))] == 1

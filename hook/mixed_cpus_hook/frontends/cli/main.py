@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
@@ -247,18 +247,22 @@ def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> 
       1  error: a broken record, an unreadable fact, a node-wide problem, an unknown --container
       3  drift: some container differs from what it should be (`reconcile` fixes it)
     """
-    from ...usecases.status import read_status_report
+    from ...usecases.status import format_pool_lines, read_pool_report, read_status_report
 
     try:
         config = obj.config()
         rows, problems = read_status_report(config)
+        pool = read_pool_report(config)
         if container_id:
             wanted = compute_match_id(container_id, [r.get("id", "") for r in rows])
             rows = [r for r in rows if r.get("id") == wanted]
     except HookError as exc:
         _fail(obj, exc)
     if as_json:
-        click.echo(json.dumps({"rows": rows, "problems": problems}, indent=2))
+        doc: Dict[str, Any] = {"rows": rows, "problems": problems}
+        if pool is not None:
+            doc["pool"] = pool
+        click.echo(json.dumps(doc, indent=2))
         # stdout is for programs: say on stderr too why the exit code is not 0 (not in the journal:
         # status only reads).
         quiet = Reporter(stream=obj.reporter.stream, sink=None)
@@ -271,7 +275,12 @@ def status(obj: Ctx, as_json: bool, wide: bool, container_id: Optional[str]) -> 
                     f"container {_cell(r.get('id'))[:12]}: {format_row_problem(r) or state}")
     else:
         click.echo(format_status_table(rows, problems, wide))
-    sys.exit(compute_status_exit(rows, problems))
+        if pool is not None:
+            click.echo("\n".join(format_pool_lines(pool, wide)))
+    code = compute_status_exit(rows, problems)
+    if pool is not None and code == 0:
+        code = 1 if pool["problem"] and pool["source"] == "kubelet" else 3 if pool["drift"] else 0
+    sys.exit(code)
 
 
 def compute_match_id(prefix: str, ids: List[str]) -> str:
