@@ -400,14 +400,19 @@ def test_settle_gives_up_on_a_writer_that_never_stops(node: Any, run_hook: Calla
     stop = threading.Event()
 
     def fighter() -> None:
+        # Rewrites the cpuset a little after each time the reapply put it back: every settle round
+        # sees a change (a writer on a fixed beat races with the reapply's own passes on a busy machine).
         while not stop.is_set():
-            node.write(paths["rel"], "cpuset.cpus", "2-3")
-            time.sleep(0.02)
+            if node.read(paths["rel"], "cpuset.cpus") == "0-3":
+                time.sleep(0.05)
+                node.write(paths["rel"], "cpuset.cpus", "2-3")
+            time.sleep(0.002)
 
     t = threading.Thread(target=fighter)
     t.start()
     try:
-        results = reconcile(config, reporter.reporter, only="abc", settle=0.2)
+        node.write(paths["rel"], "cpuset.cpus", "2-3")
+        results = reconcile(config, reporter.reporter, only="abc", settle=0.3)
     finally:
         stop.set()
         t.join()
