@@ -24,6 +24,7 @@ from ..core.cgroup import Dirs, Layout, Quota, compute_pod_matches, cpuset_file,
 from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
 from ..core.bounds import MAX_QUOTA
 from ..core.errors import CgroupError, HookError, KubeletStateError, PolicyError, RecordError, WriteError
+from ..core.desired import Desired, compute_pod_quota
 from ..core.model import ContainerRecord, Identity, Member, PodRecord
 from ..core.plan import Observed, Write
 from ..core.quota import compute_settled
@@ -41,10 +42,11 @@ from ..store.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+    from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
-    from ..core.desired import Desired
     from ..core.quota import QuotaState
+else:
+    from ..core.compat import NamedTuple
 
 
 def now_stamp() -> str:
@@ -342,3 +344,27 @@ def require_free(state_dir: str, cid: str, cpus: FrozenSet[int], where: str) -> 
         more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
         raise PolicyError(f"cpuset {quote(format_cpulist(cpus), bare=True)} holds CPUs already exclusive to other "
                           f"containers ({owners}{more}): not kubelet's assignment, refused", where)
+
+
+class PodShare(NamedTuple):
+    """A pod's side of one container's decision: its members with the container's share, the total,
+    and the pod quota that gives (None without a pod cgroup or a readable quota)."""
+
+    members: Tuple[Member, ...]
+    shares_mcpu: int
+    quota: Optional[QuotaState]
+
+
+def decide_pod_share(cid: str, desired: Desired, others: Sequence[Member], observed: Optional[Quota],
+                     prev_pod: Optional[PodRecord], prev: Optional[ContainerRecord]) -> PodShare:
+    """The pod's members and quota once ``cid`` holds ``desired``'s share; both raised quotas are checked
+    against the kernel's maximum here, before anything is saved or written."""
+    members = with_member(others, cid, desired.share_mcpu)
+    shares = sum(m.share_mcpu for m in members)
+    quota = None
+    if observed is not None:
+        quota = compute_pod_quota(observed, prev_pod.quota if prev_pod is not None else None, (shares,),
+                                  prev.quota if prev is not None else None, desired.quota)
+    check_raised(desired.quota, "the container's quota", f"container {cid}")
+    check_raised(quota, "its pod's quota", f"container {cid}")
+    return PodShare(members, shares, quota)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ..core.cgroup import Dirs, cpuset_file
-from ..core.desired import Kubelet, compute_desired, compute_pod_quota
+from ..core.desired import Desired, Kubelet, compute_desired
 from ..core.errors import CgroupError, HookError
 from ..core.model import ContainerRecord, Identity, Outcome, PodRecord
 from ..core.plan import compute_plan, describe
@@ -18,7 +18,7 @@ from ..node.facts import NodeFacts
 from ..node.log import Reporter
 from .common import (
     build_record,
-    check_raised,
+    decide_pod_share,
     execute,
     live_members,
     now_stamp,
@@ -28,12 +28,14 @@ from .common import (
     restore_records,
     save_changed,
     settle_records,
-    with_member,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, List, NamedTuple, Optional
+    from typing import FrozenSet, List, NamedTuple, Optional, Sequence
+
+    from ..core.cgroup import Layout
+    from ..core.plan import Write
 else:
     from ..core.compat import NamedTuple
 
@@ -76,6 +78,22 @@ def kernel_keeps_pins(state_dir: str) -> bool:
     return (major, minor) >= (6, 2)
 
 
+def _warn_once(reporter: Reporter, cid: str, desired: Desired, notes: List[str], dry_run: bool) -> None:
+    """The decision's note (CPUs refused, a widening undone) in the journal, once per run."""
+    if desired.note and desired.note not in notes:
+        notes.append(desired.note)
+        if not dry_run and desired.mixed:
+            reporter.emit("warning", f"container {cid}: {desired.note}", to_stream=False)
+
+
+def _loses_pins(state_dir: str, layout: Layout, t: Target, prev: Optional[ContainerRecord],
+                current: FrozenSet[int], target: FrozenSet[int], writes: Sequence[Write]) -> bool:
+    """Whether this pass grows a reapplied cpuset back on a kernel that resets threads' pins then."""
+    grows_back = prev is not None and current < target and any(
+        w.path == cpuset_file(layout, t.dirs.cpuset) for w in writes)
+    return grows_back and not kernel_keeps_pins(state_dir)
+
+
 def converge(state_dir: str, node: NodeFacts, t: Target, reporter: Reporter, reason: str,
              dry_run: bool = False) -> Outcome:
     """Bring ``t`` to its mixed set; the caller holds the state lock (unless dry-run).
@@ -96,34 +114,21 @@ def converge(state_dir: str, node: NodeFacts, t: Target, reporter: Reporter, rea
         observed = observe(layout, t.dirs, pod)
         desired = compute_desired(Kubelet(observed.cpus, observed.quota, spec_cpus, assigned), node.shared, prev,
                                   node.share_mcpu)
-        if desired.note and desired.note not in notes:
-            notes.append(desired.note)
-            if not dry_run and desired.mixed:
-                reporter.emit("warning", f"container {t.cid}: {desired.note}", to_stream=False)
+        _warn_once(reporter, t.cid, desired, notes, dry_run)
         if not desired.mixed:
             lead = " has no exclusive CPUs: " if desired.kind == "not-applicable" else ": "
             return Outcome(desired.kind, (f"container {t.cid}{lead}{desired.note}",))
-        members = with_member(others, t.cid, desired.share_mcpu)
-        shares = sum(m.share_mcpu for m in members)
-        pod_quota = None
-        if pod is not None and observed.pod_quota is not None:
-            pod_quota = compute_pod_quota(observed.pod_quota, prev_pod.quota if prev_pod else None, (shares,),
-                                          prev.quota if prev is not None else None, desired.quota)
-        check_raised(desired.quota, "the container's quota", f"container {t.cid}")
-        check_raised(pod_quota, "its pod's quota", f"container {t.cid}")
-        writes = compute_plan(layout, t.dirs, pod, observed, desired, pod_quota, len(members), shares)
+        share = decide_pod_share(t.cid, desired, others, observed.pod_quota if pod is not None else None,
+                                 prev_pod, prev)
+        writes = compute_plan(layout, t.dirs, pod, observed, desired, share.quota, len(share.members),
+                              share.shares_mcpu)
         if dry_run:
             return Outcome("planned" if writes else "in-sync", tuple(describe(writes)))
-        grows_back = (prev is not None and observed.cpus < desired.cpus
-                      and any(w.path == cpuset_file(layout, t.dirs.cpuset) for w in writes))
-        if grows_back and not pins_lost:
-            pins_lost = not kernel_keeps_pins(state_dir)
+        pins_lost = pins_lost or _loses_pins(state_dir, layout, t, prev, observed.cpus, desired.cpus, writes)
         rec = build_record(t.cid, t.identity, t.mode, "applied", layout, t.dirs, t.pod, desired, prev, pins_lost)
         if writes and not t.adding:
             rec = rec._replace(last_reapply=now_stamp(), reapplies=rec.reapplies + 1)
-        new_pod = None
-        if pod is not None:
-            new_pod = PodRecord(pod_key_of(pod) or "", pod, pod_quota, members)
+        new_pod = None if pod is None else PodRecord(pod_key_of(pod) or "", pod, share.quota, share.members)
         rec = save_changed(state_dir, prev, rec, prev_pod, new_pod)
         if not writes:
             break

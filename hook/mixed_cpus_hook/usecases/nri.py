@@ -20,10 +20,10 @@ import os
 from ..core.cgroup import Dirs, Layout, Quota, compute_nri_cgroup
 from ..core.cpuset import require_subset
 from ..core.cpuset import format_cpulist
-from ..core.desired import Desired, Kubelet, compute_desired, compute_pod_quota
+from ..core.desired import Desired, Kubelet, compute_desired
 from ..core.errors import CgroupError, HookError, PolicyError
 from ..core.model import Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update, compute_adjustment
-from ..core.plan import compute_pod_write, describe
+from ..core.plan import Write, compute_pod_write, describe
 from ..core.quota import compute_settled, format_quota_value
 from ..node import cgroupfs as cg
 from ..node.config import Config, is_pool
@@ -32,7 +32,8 @@ from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
 from .apply import read_request
 from .common import (
-    check_raised,
+    PodShare,
+    decide_pod_share,
     is_gone,
     require_free,
     build_record,
@@ -44,7 +45,6 @@ from .common import (
     read_assigned,
     restore_records,
     save_changed,
-    with_member,
 )
 from .metrics import update_metrics
 from .reconcile import reconcile
@@ -87,6 +87,16 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):  # a symbolic link on the way
         raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
     return dirs, pod
+
+
+def compute_raise(layout: Layout, pod: Dirs, observed: Quota, share: PodShare) -> Optional[Write]:
+    """The pod quota write NRI mode makes itself: only upwards (a raise comes before the runtime
+    raises the container's; a lowering waits for the reconcile, which orders it after the
+    container's own, the lowered value staying listed as ours meanwhile)."""
+    assert share.quota is not None
+    write = compute_pod_write(layout, pod, observed, share.quota, len(share.members), share.shares_mcpu)
+    raising = observed.quota is not None and share.quota.applied is not None and share.quota.applied > observed.quota
+    return write if raising else None
 
 
 def describe_adjustment(adj: Adjustment) -> str:
@@ -163,27 +173,18 @@ class NriEngine:
         where = f"container {cid}"
         if now.assigned is None and (prev is None or desired.exclusive != prev.exclusive):
             require_free(self.state_dir, cid, desired.exclusive, where)
-        check_raised(desired.quota, "the container's quota", where)
         layout = node.layout
         key = pod_key_of(pod)
         prev_pod = load_pod(self.state_dir, key) if key else None
-        members = with_member(live_members(self.state_dir, prev_pod, keep=cid), cid, desired.share_mcpu)
-        shares = sum(m.share_mcpu for m in members)
-        pod_quota = pod_write = None
-        if pod is not None:
-            observed = cg.read_quota(layout, pod.cpu)
-            pod_quota = compute_pod_quota(observed, prev_pod.quota if prev_pod else None, (shares,), prev.quota if prev is not None else None,
-                                          desired.quota)
-            check_raised(pod_quota, "its pod's quota", where)
-            pod_write = compute_pod_write(layout, pod, observed, pod_quota, len(members), shares)
-            if pod_write is not None and not (observed.quota is not None and pod_quota.applied is not None
-                                              and pod_quota.applied > observed.quota):
-                pod_write = None  # lowering: the reconcile does it after the container's own
-        phase = "applied" if exists(dirs) else "creating"
-        if prev is not None and prev.phase == "applied":
-            phase = "applied"
+        observed = cg.read_quota(layout, pod.cpu) if pod is not None else None
+        share = decide_pod_share(cid, desired, live_members(self.state_dir, prev_pod, keep=cid), observed, prev_pod,
+                                 prev)
+        pod_write = None
+        if pod is not None and observed is not None and share.quota is not None:
+            pod_write = compute_raise(layout, pod, observed, share)
+        phase = "applied" if exists(dirs) or (prev is not None and prev.phase == "applied") else "creating"
         rec = build_record(cid, identity, "nri", phase, layout, dirs, pod, desired, prev)
-        new_pod = PodRecord(key or "", pod, pod_quota, members) if pod is not None else None
+        new_pod = PodRecord(key or "", pod, share.quota, share.members) if pod is not None else None
         rec = save_changed(self.state_dir, prev, rec, prev_pod, new_pod)
         lines: Tuple[str, ...] = ()
         if pod_write is not None and new_pod is not None:
