@@ -42,6 +42,7 @@ from mixed_cpus_hook.frontends.nri.wire import api  # noqa: E402
 from mixed_cpus_hook.testing.fakenode import FakeNode  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+MAX_LIVE = 1000
 
 
 def rss_kib(pid: int) -> int:
@@ -71,7 +72,9 @@ def summary(name: str, seconds: List[float]) -> str:
 
 class Bench:
     def __init__(self, root: str, version: int, python: str) -> None:
-        self.node = FakeNode(os.path.join(root, "node"), version=version, online="0-3")
+        # One exclusive CPU per live container (the plugin refuses, as kubelet never does, two
+        # containers with one exclusive CPU): a node with enough of them.
+        self.node = FakeNode(os.path.join(root, "node"), version=version, online=f"0-{MAX_LIVE + 1}")
         self.config = self.node.write_config("0-1")
         self.sock_path = os.path.join(root, "nri.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -88,11 +91,14 @@ class Bench:
         self.peer = RuntimePeer(conn)
         self.peer.handshake()
         self._uids: Dict[str, str] = {}
+        self._cpus: Dict[str, str] = {}
+        self._free = [str(c) for c in range(MAX_LIVE + 1, 1, -1)]
 
     def new_container(self) -> str:
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         uid = str(uuid.uuid4())
-        self.node.add_container(cid, pod_uid=uid, cpus="2-3", quota=200000, pod_quota=200000)
+        cpu = self._cpus[cid] = self._free.pop()
+        self.node.add_container(cid, pod_uid=uid, cpus=cpu, quota=100000, pod_quota=100000)
         self._uids[cid] = uid
         return cid
 
@@ -102,17 +108,19 @@ class Bench:
         return time.perf_counter() - start
 
     def create(self, cid: str) -> float:
-        return self.timed("CreateContainer", create_request(cid, pod_uid=self._uids[cid]), api.CreateContainerResponse)
+        return self.timed("CreateContainer", create_request(cid, pod_uid=self._uids[cid], cpus=self._cpus[cid],
+                                                          quota=100000), api.CreateContainerResponse)
 
     def update(self, cid: str) -> float:
         req = api.UpdateContainerRequest(container=api.Container(id=cid))
-        req.linux_resources.cpu.cpus = "2-3"
+        req.linux_resources.cpu.cpus = self._cpus[cid]
         return self.timed("UpdateContainer", req, api.UpdateContainerResponse)
 
     def remove(self, cid: str) -> float:
         event = api.StateChangeEvent(event=api.EVENTS["REMOVE_CONTAINER"], container=api.Container(id=cid))
         took = self.timed("StateChange", event, api.Empty)
         rel = f"kubepods/pod{self._uids.pop(cid)}"
+        self._free.append(self._cpus.pop(cid))
         for hier in (("cpuset", "cpu,cpuacct") if self.node.version == 1 else ("",)):
             shutil.rmtree(os.path.join(self.node.cgroup_root, hier, rel), ignore_errors=True)
         return took
@@ -132,6 +140,8 @@ def main() -> int:
     ap.add_argument("--cgroup", type=int, choices=(1, 2), default=1)
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
+    if args.requests > MAX_LIVE:
+        ap.error(f"--requests: at most {MAX_LIVE}")
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     root = tempfile.mkdtemp(prefix="nri-bench-", dir=base)
     bench = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from ..core.cgroup import (
     CRUN_SUBGROUP,
@@ -57,9 +58,57 @@ def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
     return Layout(2, root, root, root)
 
 
+# path -> (os.path.realpath(path), the (st_dev, st_ino) of the directory it named). Bounded.
+_RESOLVED: Dict[str, Tuple[str, Tuple[int, int]]] = {}
+MAX_RESOLVED = 4096
+
+
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _realpath(path: str) -> str:
+    """os.path.realpath(path), remembered: realpath costs one lstat per component (a dozen for a
+    container's cgroup), on every event of a resident process.
+
+    A path resolved before is taken again while it and its resolved form name the same directory
+    (one stat, two when they differ): no symbolic link put on the way since can fake that. Else
+    a last component that is not a symbolic link (or not there yet: a container's cgroup before
+    the runtime makes it) resolves as its parent, remembered too, plus its name.
+    """
+    hit = _RESOLVED.get(path)
+    if hit is not None:
+        ident = _identity(path)
+        if ident is not None and ident == hit[1] and (hit[0] == path or _identity(hit[0]) == ident):
+            return hit[0]
+    head, name = os.path.split(path)
+    real = ""
+    if os.path.isabs(path) and head != path and name not in ("", ".", ".."):
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            link = False
+        except OSError:
+            link = True
+        if not link:
+            real = os.path.join(_realpath(head), name)
+    if not real:
+        real = os.path.realpath(path)
+    ident = _identity(real)
+    if ident is not None:
+        if len(_RESOLVED) >= MAX_RESOLVED:
+            _RESOLVED.clear()
+        _RESOLVED[path] = (real, ident)
+    return real
+
+
 def resolve_inside_root(root: str, path: str, what: str) -> str:
     """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
-    real = os.path.realpath(path)
+    real = _realpath(path)
     if not _is_below(root, real):
         link = find_link(path)
         via = f" (through the symbolic link {link[0]} -> {link[1]})" if link else ""

@@ -49,9 +49,14 @@ class NodeFacts(NamedTuple):
     share_mcpu: Optional[int] = None
 
 
+ABSENT = (-1, -1, -1, -1, -1)  # the stat key of a file that is not there (a node without kubelet's checkpoint)
+
+
 def _stat_key(path: str) -> Optional[Tuple[int, int, int, int, int]]:
     try:
         st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return ABSENT
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -40,11 +40,14 @@ def read_regular_file(path: str, limit: int, follow: bool = True) -> bytes:
         chunks = []
         size = 0
         while size <= limit:
-            chunk = os.read(fd, min(65536, limit + 1 - size))
+            want = min(65536, limit + 1 - size)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if len(chunk) < want and size == st.st_size:
+                break  # a regular file read short at the size fstat gave: its end, no read(2) to confirm
     finally:
         os.close(fd)
     if size > limit:

@@ -32,7 +32,7 @@ from ..core.validate import ID_PATTERN, NAME_PATTERN, is_plain_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 KINDS = {"containers": ID_PATTERN, "pods": NAME_PATTERN}
 SCHEMAS = (1, SCHEMA_VERSION)
@@ -309,14 +309,60 @@ class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):`
         self.fd = -1
 
 
-def read_document(state_dir: str, kind: str, name: str) -> Any:
-    """A record file's JSON, read capped and without following links; None when there is none."""
-    path = record_path(state_dir, kind, name)
+class HeldStateLock:
+    """``state_lock`` for a resident process (the NRI plugin): the lock file stays open between
+    uses, and each use checks (one stat) that it is still the file at its path before flock.
+
+    Two system calls a use where state_lock makes six; a state directory removed and made again
+    (the lock file with it) is seen and the new file is opened.
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.path = os.path.join(state_dir, "lock")
+        self.fd = -1
+        self.ident = (-1, -1)
+
+    def __enter__(self) -> None:
+        if self.fd >= 0:
+            try:
+                st = os.stat(self.path, follow_symlinks=False)
+                same = (st.st_dev, st.st_ino) == self.ident
+            except OSError:
+                same = False
+            if not same:
+                self.close()
+        if self.fd < 0:
+            opened = state_lock(self.state_dir)
+            opened.__enter__()  # made, opened and locked
+            st = os.fstat(opened.fd)
+            self.fd, self.ident = opened.fd, (st.st_dev, st.st_ino)
+            return
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
+    """A record file's bytes, read capped and without following links; None when there is none."""
+    return _read_record_file(state_dir, kind, record_path(state_dir, kind, name))
+
+
+def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
     _check_dir(os.path.join(state_dir, kind))
     from ..node.files import FileRefused, read_regular_file
 
     try:
-        data = read_regular_file(path, MAX_RECORD_BYTES, follow=False)
+        return read_regular_file(path, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
         return None
     except FileRefused as exc:
@@ -327,6 +373,10 @@ def read_document(state_dir: str, kind: str, name: str) -> Any:
         if exc.errno == errno.ELOOP:
             raise RecordError("is a symbolic link; refusing to follow it", path) from None
         raise RecordError(f"cannot read: {exc.strerror}", path) from None
+
+
+def parse_document(data: bytes, path: str) -> Any:
+    """A record file's JSON; RecordError names the file when it is not JSON."""
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -334,12 +384,38 @@ def read_document(state_dir: str, kind: str, name: str) -> Any:
         raise RecordError(f"invalid record: {what}", path) from None
 
 
+def read_document(state_dir: str, kind: str, name: str) -> Any:
+    """A record file's JSON, read capped and without following links; None when there is none."""
+    data = read_record_bytes(state_dir, kind, name)
+    return None if data is None else parse_document(data, record_path(state_dir, kind, name))
+
+
+# The record last parsed from each file, with the file's bytes then: a resident process (the NRI
+# plugin) reads a record on every event of its container, and parsing and checking it costs more
+# than reading it. Compared by content, a hit is exactly what parsing would give. One entry per
+# record file (forgotten with it); bounded.
+_PARSED: Dict[str, Tuple[bytes, Any]] = {}
+MAX_PARSED = 8192
+
+
+def _remember(path: str, data: bytes, rec: Any) -> Any:
+    if len(_PARSED) >= MAX_PARSED:
+        _PARSED.clear()
+    _PARSED[path] = (data, rec)
+    return rec
+
+
 def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     """A container's record, checked (RecordError names the file and the problem), or None."""
-    doc = read_document(state_dir, "containers", cid)
-    if doc is None:
+    path = record_path(state_dir, "containers", cid)
+    data = _read_record_file(state_dir, "containers", path)
+    if data is None:
+        _PARSED.pop(path, None)
         return None
-    return parse_container_record(doc, cid, record_path(state_dir, "containers", cid))
+    hit = _PARSED.get(path)
+    if hit is not None and hit[0] == data:
+        return hit[1]
+    return _remember(path, data, parse_container_record(parse_document(data, path), cid, path))
 
 
 def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
@@ -348,18 +424,27 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
     A version 1 record's members get the share their container records say (|shared| CPUs); a
     member without a readable container record gets none (it does not count anyway).
     """
-    doc = read_document(state_dir, "pods", key)
-    if doc is None:
+    path = record_path(state_dir, "pods", key)
+    data = _read_record_file(state_dir, "pods", path)
+    if data is None:
+        _PARSED.pop(path, None)
         return None
+    hit = _PARSED.get(path)
+    if hit is not None and hit[0] == data:
+        return hit[1]
+    migrated = []
 
     def legacy_share(cid: str) -> int:
+        migrated.append(cid)
         try:
             rec = load_container(state_dir, cid)
         except RecordError:
             return 0
         return 0 if rec is None else len(rec.shared) * MCPU
 
-    return parse_pod_record(compute_migrated_pod(doc, legacy_share), key, record_path(state_dir, "pods", key))
+    rec = parse_pod_record(compute_migrated_pod(parse_document(data, path), legacy_share), key, path)
+    # A migrated record depends on its members' records too: parsed again each time.
+    return rec if migrated else _remember(path, data, rec)
 
 
 def load_record(state_dir: str, kind: str, name: str) -> Any:
@@ -372,16 +457,38 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
     _check_dir(folder)
-    return _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
+    return _write_whole(path, os.path.join(folder, f".{name}.{_pid()}.tmp"), doc)
+
+
+WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+_PID: List[int] = []
+
+
+def _pid() -> int:
+    """This process's pid (a fork gets its own: os.register_at_fork forgets it)."""
+    if not _PID:
+        _PID.append(os.getpid())
+    return _PID[0]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_PID.clear)
 
 
 def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> str:
-    """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it."""
+    """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
+
+    One line (json's C encoder; an indented dump runs in Python), keys sorted. The folder is
+    made only when the first open says it is missing.
+    """
+    data = (json.dumps(doc, sort_keys=True) + "\n").encode()
     try:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            data = json.dumps(doc, indent=1, sort_keys=True).encode()
+            fd = os.open(tmp, WRITE_FLAGS, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd = os.open(tmp, WRITE_FLAGS, 0o644)
+        try:
             if os.write(fd, data) != len(data):
                 raise OSError(0, "short write")
         finally:
@@ -407,6 +514,7 @@ def save_pod(state_dir: str, rec: PodRecord) -> str:
 def delete_record(state_dir: str, kind: str, name: str) -> bool:
     """Forget a record; True if there was one."""
     path = record_path(state_dir, kind, name)
+    _PARSED.pop(path, None)
     try:
         os.unlink(path)
         return True

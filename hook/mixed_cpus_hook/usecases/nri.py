@@ -29,7 +29,7 @@ from ..node import cgroupfs as cg
 from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
 from ..node.log import Reporter
-from ..store.records import list_records, load_container, load_pod, save_pod, state_lock
+from ..store.records import HeldStateLock, list_records, load_container, load_pod, save_pod
 from .apply import read_request
 from .common import (
     PodShare,
@@ -120,6 +120,7 @@ class NriEngine:
         self.config = config
         self.reporter = reporter
         self.cache = cache or FactsCache()
+        self.lock = HeldStateLock(config.state_dir)  # the state lock, its file kept open between events
         # The live counters (/metrics): the engine counts what it decides (containers made mixed,
         # pod quotas raised, reconcile errors), the front end requests, answer times and their errors.
         self.telemetry = telemetry or Telemetry(
@@ -193,7 +194,9 @@ class NriEngine:
             except HookError:
                 restore_records(self.state_dir, cid, prev, key, prev_pod)
                 raise
-            save_pod(self.state_dir, new_pod._replace(quota=compute_settled(new_pod.quota)))
+            settled = new_pod._replace(quota=compute_settled(new_pod.quota))
+            if settled != new_pod:  # a first raise lists only the new value already
+                save_pod(self.state_dir, settled)
             lines = tuple(describe((pod_write,)))
             for line in lines:
                 self.reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
@@ -266,7 +269,7 @@ class NriEngine:
             # With the pool, another container's creation may change the mixed ones' pool part
             # (kubelet's checkpoint gave it CPUs from the default set): their updates ride on its reply.
             node = self.facts()
-            with state_lock(self.state_dir):
+            with self.lock:
                 return Answer(Outcome("skipped"), None, self._others(node, facts.id))
         node = self.facts()
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
@@ -277,7 +280,7 @@ class NriEngine:
         identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
         given = facts.quota or Quota(None, facts.period)
         given = given._replace(period=given.period or DEFAULT_PERIOD)
-        with state_lock(self.state_dir):
+        with self.lock:
             prev = load_container(self.state_dir, facts.id)
             if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
                                      or prev.cgroup.cpu != dirs.cpu):
@@ -309,7 +312,7 @@ class NriEngine:
         when the runtime fills in the fields kubelet left out). Untracked: passed through.
         """
         node = self.facts()
-        with state_lock(self.state_dir):
+        with self.lock:
             rec = load_container(self.state_dir, cid)
             if rec is None or rec.phase == "releasing":
                 return Answer(Outcome("skipped"), None, self._others(node, cid))
@@ -360,7 +363,7 @@ class NriEngine:
             return Answer(Outcome("skipped"))
         lines: List[str] = []
         stuck: List[str] = []
-        with state_lock(self.state_dir):
+        with self.lock:
             self._others(node, cid)  # the records follow the pool that kubelet's new assignment left
             for other in list_records(self.state_dir, "containers"):
                 if other == cid:
@@ -414,7 +417,7 @@ class NriEngine:
     def stop(self, cid: str, why: str = "stopped") -> Answer:
         """StopContainer / RemoveContainer: give the pod's share back, forget the container."""
         node = self.facts()
-        with state_lock(self.state_dir):
+        with self.lock:
             outcome = release_locked(self.state_dir, node.layout, cid, self.reporter, why=why)
             return Answer(outcome, None, self._others(node, cid))
 
@@ -458,7 +461,7 @@ class NriEngine:
         whose cgroup is gone too. A runtime that does not list a container (an empty or partial
         Synchronize) is not proof that it is gone: the cgroup is."""
         node = self.facts()
-        with state_lock(self.state_dir):
+        with self.lock:
             for cid in list_records(self.state_dir, "containers"):
                 if cid in known:
                     continue

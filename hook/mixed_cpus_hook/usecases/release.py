@@ -80,10 +80,10 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
         pending = pod_rec._replace(members=members, quota=target)
         if pending != pod_rec:
             save_pod(state_dir, pending)
-    elif write is not None:
-        # The last member: keep the record (listing nobody but this container, so a rerun
-        # finds the same target) until the quota is back at its base.
-        save_pod(state_dir, pod_rec._replace(quota=target))
+    # The last member: its record is kept as it is until the quota is back at its base. A rerun
+    # after a crash past the write finds the base in the file, which is not one of ours: it is
+    # taken as the base, and nobody's share goes on top (compute_release), so nothing is written
+    # twice and one save fewer is made on every stop.
     if write is not None:
         cg.write_text(write.path, write.new)
     if members:
