@@ -282,16 +282,24 @@ def load_shared_cpus(config: Config) -> Tuple[FrozenSet[int], str]:
 
 def read_online_cpus(sys_root: str = "/sys") -> FrozenSet[int]:
     """The CPUs the kernel has online, from <sys_root>/devices/system/cpu/online."""
-    path = os.path.join(sys_root, "devices/system/cpu/online")
+    path = online_file(sys_root)
+    return parse_cpulist(read_online_text(path), path)
+
+
+def online_file(sys_root: str = "/sys") -> str:
+    return os.path.join(sys_root, "devices/system/cpu/online")
+
+
+def read_online_text(path: str) -> str:
+    """The text of the online CPUs file ``path`` (ConfigError when it cannot be read)."""
     try:
-        # Binary read, then bytes.decode (and text mode's newline translation): on the hook
-        # path, open(encoding="ascii") would import encodings.ascii.
-        # os.open/os.read: three system calls where a buffered open() makes nine (read every event).
+        # os.open/os.read: three system calls where a buffered open() makes nine (read every
+        # event); bytes.decode: open(encoding="ascii") would import encodings.ascii.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             data = os.read(fd, 65536)
         finally:
             os.close(fd)
-        return parse_cpulist(data.decode("ascii").replace("\r\n", "\n").replace("\r", "\n"), path)
+        return data.decode("ascii").replace("\r\n", "\n").replace("\r", "\n")
     except OSError as exc:
         raise ConfigError(f"cannot read the online CPUs: {exc.strerror}", path) from None

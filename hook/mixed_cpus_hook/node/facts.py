@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 
 from ..core.cgroup import Layout
-from ..core.cpuset import format_cpulist, require_subset
+from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
 from ..core.errors import ConfigError, HookError
 from . import cgroupfs as cg
-from .config import (Config, compute_pool_quota_mcpu, is_pool, load_reserved_cpus, load_shared_cpus,
-                     read_online_cpus)
+from .config import (Config, compute_pool_quota_mcpu, is_pool, load_reserved_cpus, load_shared_cpus, online_file,
+                     read_online_cpus, read_online_text)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -137,6 +137,20 @@ def _read_shared(config: Config, cache: Optional[FactsCache]) -> Tuple[FrozenSet
     return value
 
 
+def _read_online(config: Config, cache: Optional[FactsCache]) -> FrozenSet[int]:
+    """The online CPUs, read every time (sysfs has no useful times); parsed again only when the text
+    changed (the same frozenset meanwhile: what is computed from it can be kept by identity)."""
+    if cache is None:
+        return read_online_cpus(config.sys_root)
+    path = online_file(config.sys_root)
+    text = read_online_text(path)
+    hit, value = cache.get("online", text)
+    if not hit:
+        value = parse_cpulist(text, path)
+        cache.put("online", text, value)
+    return value
+
+
 def _read_layout(config: Config, cache: Optional[FactsCache]) -> Layout:
     if cache is None:
         return cg.read_layout(config.cgroup_root)
@@ -153,7 +167,7 @@ def read_node_facts(config: Config, cache: Optional[FactsCache] = None) -> NodeF
     With a ``cache`` a file is parsed again only when it changed (the online CPUs, one small
     sysfs read, always are); without one everything is read.
     """
-    online = read_online_cpus(config.sys_root)
+    online = _read_online(config, cache)
     checkpoint, note = read_checkpoint(config, cache)
     if is_pool(config):
         facts = _pool_facts(config, online, checkpoint, note, _read_layout(config, cache))

@@ -14,7 +14,7 @@ from ..core.bounds import MAX_LOG_LINE, quote  # noqa: F401 - quote: what log us
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Callable, Dict, Optional, TextIO
+    from typing import Callable, Dict, List, Optional, TextIO, Tuple
 
     SyslogSink = Callable[[int, str], None]
 
@@ -22,6 +22,7 @@ TAG = "mixed-cpus-hook"
 # syslog.LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG: the priorities of <syslog.h>, the same on
 # every platform; written out so that importing this module does not load syslog.
 LEVELS = {"error": 3, "warning": 4, "info": 6, "debug": 7}
+MAX_HELD = 10000  # lines a Reporter keeps while held; more are logged at once
 
 
 def format_line(message: str) -> str:
@@ -73,9 +74,26 @@ class Reporter:
         self.stream = stream if stream is not None else sys.stderr
         self.sink = sink
         self.verbose = verbose
+        self._held: Optional[List[Tuple[str, str, bool]]] = None
+
+    def hold(self) -> None:
+        """Keep the lines logged from now until ``release``: the NRI plugin logs what a request did
+        once its answer is on its way (formatting and syslog are not on the runtime's clock)."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Log the lines kept since ``hold``, in order."""
+        held, self._held = self._held, None
+        for level, message, to_stream in held or ():
+            self.emit(level, message, to_stream)
 
     def emit(self, level: str, message: str, to_stream: bool = True) -> None:
         """Log one line; ``info`` reaches stderr only when verbose, errors and warnings always."""
+        held = self._held
+        if held is not None and len(held) < MAX_HELD:
+            held.append((level, message, to_stream))
+            return
         line = format_line(message)
         if to_stream and (level in ("error", "warning") or self.verbose):
             self.stream.write(f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n")

@@ -369,13 +369,17 @@ class Handlers:
         self.stopping: Callable[[], bool] = lambda: False
         # The Synchronize being collected (its parts so far), bounded.
         self.pending_sync = self._new_sync()
+        self._limit: Tuple[Optional[FrozenSet[int]], int] = (None, 0)  # cpus_limit's last: online CPUs, limit
 
     def _new_sync(self) -> SyncParts:
         return SyncParts(self.config.annotation_prefix, lambda: self.stopping())
 
     def cpus_limit(self) -> int:
-        """compute_cpus_limit of the online CPUs the engine read last."""
-        return compute_cpus_limit(self.engine.last_online())
+        """compute_cpus_limit of the online CPUs the engine read last (kept while they are the same set)."""
+        online = self.engine.last_online()
+        if online is not self._limit[0]:
+            self._limit = (online, compute_cpus_limit(online))
+        return self._limit[1]
 
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""

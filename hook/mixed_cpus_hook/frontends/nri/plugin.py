@@ -365,30 +365,39 @@ class Plugin:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         fd = sock.fileno()
+        registered = -1
         while True:
             # Handle what was read while the answers fit; read more only once all is handled.
-            while inbox and out.pending < MAX_OUTBOUND and not self.stopping:
-                conn_id, frame = inbox.popleft()
-                failure = self._handle_frame(client, conn_id, frame, out)
-                if failure:
-                    return failure
-            if self.stopping:
-                return "stopped"
+            # What the handlers log is logged once their answers are sent (off the runtime's clock).
+            self.reporter.hold()
             try:
-                out.flush()
-            except OSError as exc:
-                return f"connection lost: {exc.strerror or exc}"
+                while inbox and out.pending < MAX_OUTBOUND and not self.stopping:
+                    conn_id, frame = inbox.popleft()
+                    failure = self._handle_frame(client, conn_id, frame, out)
+                    if failure:
+                        return failure
+                if self.stopping:
+                    return "stopped"
+                try:
+                    out.flush()
+                except OSError as exc:
+                    return f"connection lost: {exc.strerror or exc}"
+            finally:
+                self.reporter.release()
             if out.stalled(self.write_timeout):
                 return (f"the runtime read nothing of {out.pending} bytes of answers for {self.write_timeout:g} s: "
                         "connection dropped")
             events = (select.POLLIN if not inbox and out.pending < MAX_OUTBOUND else 0) | (
                 select.POLLOUT if out.pending else 0)
-            poller.register(fd, events)  # re-registering replaces the mask
+            if events != registered:
+                poller.register(fd, events)  # re-registering replaces the mask
+                registered = events
             timeout = self._timeout(deadline, out)
             ready = dict(poller.poll(None if timeout is None else timeout * 1000))
             if self.is_stopping():
                 return "stopped"
-            self._drain_wake()
+            if self._wake_r in ready:
+                self._drain_wake()
             if ready.get(fd, 0) & (select.POLLIN | select.POLLHUP | select.POLLERR) and events & select.POLLIN:
                 failure = self._read(sock, demux, readers, inbox)
                 if failure:
