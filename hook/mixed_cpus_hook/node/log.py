@@ -82,6 +82,11 @@ class Reporter:
         if self._held is None:
             self._held = []
 
+    @property
+    def holding(self) -> bool:
+        """Whether lines are being kept (between ``hold`` and ``release``)."""
+        return self._held is not None
+
     def release(self) -> None:
         """Log the lines kept since ``hold``, in order."""
         held, self._held = self._held, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from mixed_cpus_hook.frontends.nri.plugin import Identity, Plugin
@@ -33,6 +34,8 @@ class RuntimePeer:
         self.demux = mux.Demux()
         self.readers = {1: ttrpc.FrameReader(), 2: ttrpc.FrameReader()}
         self.next_sid = 1
+        # Called once an answer is read: a peer of an in-thread plugin waits there for its log.
+        self.settle: Callable[[], None] = lambda: None
         self.registered: List[Any] = []
         self.register_error = register_error
         self.frames: List[Tuple[int, ttrpc.Frame]] = []
@@ -80,6 +83,7 @@ class RuntimePeer:
     def answer(self, sid: int) -> Answer:
         frame = self.read_frame()
         assert frame.stream_id == sid and frame.type == ttrpc.TYPE_RESPONSE, frame
+        self.settle()
         resp = ttrpc.ResponseMessage.FromString(frame.data)
         return Answer(resp.payload if resp.status.code == 0 else None, resp.status.code, resp.status.message)
 
@@ -115,10 +119,18 @@ class Running:
         self.plugin = Plugin(handlers, identity, reporter, reconcile_interval=reconcile_interval,
                              registration_timeout=registration_timeout)
         self.peer = RuntimePeer(theirs, register_error)
+        self.peer.settle = self.settle
         self.code: Optional[int] = None
         connect: Callable[[], socket.socket] = iter([ours]).__next__
         self.thread = threading.Thread(target=self._run, args=(connect,), daemon=True)
         self.thread.start()
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait until the plugin logged what the request just answered did: it logs once the
+        answer is sent (the peer may read the answer first)."""
+        end = time.monotonic() + timeout
+        while self.plugin.reporter.holding and self.thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.0005)
 
     def _run(self, connect: Callable[[], socket.socket]) -> None:
         self.code = self.plugin.run(connect, reconnect=False)

@@ -649,7 +649,8 @@ def count_past_bound(s: Served) -> None:
     containers = [api.Container(id=f"c{i}", pod_sandbox_id="p") for i in range(70000)]
     pods, listed_containers = listed()
     sync(s, pods, listed_containers + containers)
-    assert "past bounds.MAX_SYNC_" in s.plugin.log()
+    # a request's lines are logged once its answer is sent
+    wait_for(lambda: "past bounds.MAX_SYNC_" in s.plugin.log(), what="the warning on the containers past the bound")
 
 
 def split_without_end(s: Served) -> None:
@@ -692,7 +693,7 @@ def one_bad_among_good(s: Served) -> None:
     pod_y, good = pod_and_container(Y, pod_uid=Y_UID, cpus="6")
     answer = sync(s, pods + [pod_x, pod_y], containers + [bad, good])
     assert {u.container_id for u in answer.update} == {CANARY, APP, Y}
-    assert f"container {X}" in s.plugin.log() and "holds a NUL" in s.plugin.log()
+    wait_for(lambda: f"container {X}" in s.plugin.log() and "holds a NUL" in s.plugin.log(), what="the NUL warning")
     s.call("StopContainer", stop(Y))
 
 
@@ -710,7 +711,7 @@ def poisoned_record(s: Served) -> None:
         pod_x, ctr_x = pod_and_container(X, pod_uid=X_UID, cpus="0-1,5")
         answer = sync(s, pods + [pod_x], containers + [ctr_x])
         assert {u.container_id for u in answer.update} == {CANARY, APP}
-        assert "above the kernel's maximum quota" in s.plugin.log()
+        wait_for(lambda: "above the kernel's maximum quota" in s.plugin.log(), what="the quota refusal")
     finally:
         os.unlink(path)
 
