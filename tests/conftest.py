@@ -241,6 +241,27 @@ def config_cache_dir(_session_cache_dir: str, monkeypatch: pytest.MonkeyPatch) -
     return _session_cache_dir
 
 
+@pytest.fixture(autouse=True)
+def remembered_records_parse_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record a save remembers (store.records: the next load of those bytes returns it
+    without parsing them) must be exactly what parsing those bytes gives: checked on every save
+    of every test, in this process."""
+    from mixed_cpus_hook.store import records
+
+    remember = records._remember
+
+    def checked(path: str, data: bytes, rec: Any) -> Any:
+        kind = os.path.basename(os.path.dirname(path))
+        name = os.path.basename(path)[:-len(".json")]
+        doc = records.parse_document(data, path)
+        parsed = (records.parse_container_record(doc, name, path) if kind == "containers"
+                  else records.parse_pod_record(doc, name, path))
+        assert parsed == rec, f"{path}: saved {rec}, parses back as {parsed}"
+        return remember(path, data, rec)
+
+    monkeypatch.setattr(records, "_remember", checked)
+
+
 @pytest.fixture(scope="session")
 def _fast_tmp_root() -> Iterator[Optional[str]]:
     """A session directory on tmpfs, when there is one with room to spare.

@@ -454,10 +454,14 @@ def load_record(state_dir: str, kind: str, name: str) -> Any:
 
 def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
     """Write a record file atomically (temporary file, then rename); returns its path."""
+    return _save(state_dir, kind, name, doc)[0]
+
+
+def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes]:
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
     _check_dir(folder)
-    return _write_whole(path, os.path.join(folder, f".{name}.{_pid()}.tmp"), doc)
+    return path, _write_whole(path, os.path.join(folder, f".{name}.{_pid()}.tmp"), doc)
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -475,7 +479,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_PID.clear)
 
 
-def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> str:
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> bytes:
     """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
 
     One line (json's C encoder; an indented dump runs in Python), keys sorted. The folder is
@@ -500,15 +504,22 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> str:
         except OSError:
             pass
         raise RecordError(f"cannot write: {exc.strerror}", path) from None
-    return path
+    return data
 
 
 def save_container(state_dir: str, rec: ContainerRecord) -> str:
-    return save_document(state_dir, "containers", rec.id, format_container_record(rec))
+    """Save a container record; the next load of these bytes gives ``rec`` without parsing them
+    (format and parse are inverse: tests/unit/test_records.py checks it on the engine's records)."""
+    path, data = _save(state_dir, "containers", rec.id, format_container_record(rec))
+    _remember(path, data, rec)
+    return path
 
 
 def save_pod(state_dir: str, rec: PodRecord) -> str:
-    return save_document(state_dir, "pods", rec.key, format_pod_record(rec))
+    """Save a pod record (remembered as save_container's are)."""
+    path, data = _save(state_dir, "pods", rec.key, format_pod_record(rec))
+    _remember(path, data, rec)
+    return path
 
 
 def delete_record(state_dir: str, kind: str, name: str) -> bool:
@@ -614,8 +625,9 @@ POOL_FILE = "pool.json"
 
 def save_pool_snapshot(state_dir: str, doc: Dict[str, Any]) -> str:
     """Write the pool's placements atomically (temporary file, then rename); returns its path."""
-    return _write_whole(os.path.join(state_dir, POOL_FILE), os.path.join(state_dir, f".{POOL_FILE}.{os.getpid()}.tmp"),
-                        doc)
+    path = os.path.join(state_dir, POOL_FILE)
+    _write_whole(path, os.path.join(state_dir, f".{POOL_FILE}.{_pid()}.tmp"), doc)
+    return path
 
 
 def load_pool_snapshot(state_dir: str) -> Optional[Dict[str, Any]]:
