@@ -183,7 +183,9 @@ class NriEngine:
         pod_write = None
         if pod is not None and observed is not None and share.quota is not None:
             pod_write = compute_raise(layout, pod, observed, share)
-        phase = "applied" if exists(dirs) or (prev is not None and prev.phase == "applied") else "creating"
+        # "creating" until the runtime made the cgroup; the record is not saved again only to say it
+        # did (the reconcile does): an UpdateContainer that changes nothing writes nothing.
+        phase = prev.phase if prev is not None else ("applied" if exists(dirs) else "creating")
         rec = build_record(cid, identity, "nri", phase, layout, dirs, pod, desired, prev)
         new_pod = PodRecord(key or "", pod, share.quota, share.members) if pod is not None else None
         rec = save_changed(self.state_dir, prev, rec, prev_pod, new_pod)
@@ -235,7 +237,7 @@ class NriEngine:
 
     def _redecide(self, node: NodeFacts, cid: str) -> Optional[Update]:
         rec = load_container(self.state_dir, cid)
-        if rec is None or rec.mode != "nri" or rec.phase != "applied":
+        if rec is None or rec.mode != "nri" or rec.phase == "releasing":
             return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
         pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
@@ -389,7 +391,7 @@ class NriEngine:
         """None: ``cid`` (a mixed NRI container) holds none of ``claimed``; a line: it did and was
         written back to its record's set; "": it still does."""
         rec = load_container(self.state_dir, cid)
-        if rec is None or rec.mode != "nri" or rec.phase != "applied":
+        if rec is None or rec.mode != "nri" or rec.phase == "releasing":
             return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
         if not exists(dirs):
