@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv deps demo test test-unit lint stubs bench bench-reapply clean
+.PHONY: venv deps demo test test-unit lint stubs bench bench-nri bench-reapply clean
 
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,9 @@ man: venv
 # Start-up ratios (no root); reapply latency under a real systemd and reconcile scaling (root).
 bench: venv
 	$(PY) benchmarks/run.py
+
+bench-nri: venv
+	$(PY) benchmarks/nri_reference.py --runs 3
 
 bench-reapply: venv
 	$(PY) benchmarks/reapply_latency.py

@@ -91,7 +91,7 @@ def _realpath(path: str) -> str:
         try:
             link = stat.S_ISLNK(os.lstat(path).st_mode)
         except FileNotFoundError:
-            link = False
+            return os.path.join(_realpath(head), name)  # not there: nothing to remember
         except OSError:
             link = True
         if not link:

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The NRI plugin beside a Go NRI plugin doing the same work: answer times, CPU and memory ratios.
+
+What runs: the reference tool of this machine kind (``../shared/tools/nri-reference/run``, its
+README says everything it does): five private containerd 1.7.24 instances driven interleaved
+over CRI (no plugin; a Go plugin on containerd/nri's ``pkg/stub`` doing the same cgroup work;
+``mixed-cpus-hook nri``; both plugins behind a relay that times each NRI answer), 200 cycles of
+CreateContainer, UpdateContainerResources and RemoveContainer each. It measures ``git archive
+HEAD`` of this checkout: commit first.
+
+This script runs it ``--runs`` times (each run is its own interleaved comparison) and prints, per
+run, the ratios the goals are about, then their medians over the runs, and the last run's whole
+table. Goals (issue 16): CRI CreateContainer p50 within 5% of the Go plugin's; each answer p50
+(CreateContainer, UpdateContainer, StopContainer) at most 2x the Go plugin's; plugin CPU per
+container at most 1.5x; RSS at most 1.5x. Informational: exits 0 once the tool ran, 2 when it
+could not run (not there, no root).
+
+    .venv/bin/python benchmarks/nri_reference.py              # one run, about 1 minute once set up
+    .venv/bin/python benchmarks/nri_reference.py --runs 5     # five, and the medians
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_TOOL = os.path.join(os.path.dirname(REPO), "shared", "tools", "nri-reference", "run")
+HOME = os.environ.get("NRI_REFERENCE_HOME", os.path.expanduser("~/.cache/nri-reference"))
+GOALS = {"cri_create": 1.05, "create": 2.0, "update": 2.0, "stop": 2.0, "cpu": 1.5, "rss": 1.5}
+LABELS = {"cri_create": "CRI CreateContainer p50 c/b", "create": "answer CreateContainer p50 c'/b'",
+          "update": "answer UpdateContainer p50 c'/b'", "stop": "answer StopContainer p50 c'/b'",
+          "cpu": "plugin CPU per container c/b", "rss": "plugin RSS c/b"}
+
+
+def pct(values: List[float], q: float) -> float:
+    """The q-quantile, interpolated (as the tool's kit/report.py)."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def read_ratios(result: Dict) -> Dict[str, float]:
+    """The goal ratios of one result.json (as the tool's kit/goals.py computes them)."""
+    c = result["configs"]
+    out = {"cri_create": pct(c["c"]["times_ms"]["create"], .5) / pct(c["b"]["times_ms"]["create"], .5)}
+    for key, method in (("create", "CreateContainer"), ("update", "UpdateContainer"), ("stop", "StopContainer")):
+        out[key] = pct(c["cp"]["answers_ms"][method], .5) / pct(c["bp"]["answers_ms"][method], .5)
+    cpu = {k: c[k]["cpu_per_100_containers"]["plugin"]["sched_ms_per_100"] for k in "bc"}
+    out["cpu"] = cpu["c"] / cpu["b"]
+    out["rss"] = c["c"]["sample_end"]["plugin"]["rss_kib"] / c["b"]["sample_end"]["plugin"]["rss_kib"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1, help="comparisons to run (each about 1 minute)")
+    ap.add_argument("--tool", default=DEFAULT_TOOL, help="the reference tool's run script (default: %(default)s)")
+    args = ap.parse_args()
+    if not os.access(args.tool, os.X_OK):
+        print(f"nri_reference: no reference tool at {args.tool} (this machine kind's ../shared/tools): not run")
+        return 2
+    if os.geteuid() != 0:
+        print("nri_reference: the reference tool runs containerd: needs root")
+        return 2
+    env = dict(os.environ, PROJECT=REPO)
+    per_run: List[Dict[str, float]] = []
+    table = ""
+    for n in range(1, args.runs + 1):
+        done = subprocess.run([args.tool], env=env, capture_output=True, text=True, check=False)
+        result_path = os.path.join(HOME, "out", "result.json")
+        if not os.path.exists(os.path.join(HOME, "out", "table.txt")) or "cannot run" in done.stdout:
+            print(done.stdout[-2000:] + done.stderr[-2000:])
+            return 2
+        with open(result_path, encoding="utf-8") as f:
+            result = json.load(f)
+        with open(os.path.join(HOME, "out", "table.txt"), encoding="utf-8") as f:
+            table = f.read()
+        try:
+            ratios = read_ratios(result)
+        except (KeyError, TypeError, ZeroDivisionError) as exc:
+            print(f"nri_reference: result.json not as expected ({exc!r}): ratios not computed")
+            ratios = {}
+        per_run.append(ratios)
+        load = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        print(f"run {n}: " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items()) + (f"\n  {load}" if load else ""))
+    print()
+    print(table)
+    if per_run and all(per_run):
+        print(f"medians over {len(per_run)} run(s), goal in brackets:")
+        for key, label in LABELS.items():
+            med = statistics.median(r[key] for r in per_run)
+            print(f"  {label:36} {med:5.2f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
