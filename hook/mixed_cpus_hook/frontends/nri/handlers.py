@@ -78,9 +78,10 @@ def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
     return dict(annotation_pairs(field))
 
 
-def read_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
-    """count_annotations, and their size within MAX_ANNOTATIONS_BYTES (an asking container's)."""
-    annotations = count_annotations(field, what, where)
+def read_annotations(field: Any, what: str, where: str, counted: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """count_annotations (or ``counted``, what it gave for ``field``), and their size within
+    MAX_ANNOTATIONS_BYTES (an asking container's)."""
+    annotations = dict(counted) if counted is not None else count_annotations(field, what, where)
     size = sum(len(k) + len(v) for k, v in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
         raise RuntimeInputError(f"{what} annotations of {size} characters exceed the {MAX_ANNOTATIONS_BYTES} "
@@ -98,16 +99,18 @@ def check_request(pod: "api.PodSandbox", container: "api.Container", where: str)
     check_length(container.linux.resources.cpu.cpus, MAX_CPULIST_TEXT, "linux.resources.cpu.cpus", where)
 
 
-def compute_facts(pod: "api.PodSandbox", container: "api.Container",
-                  cpus_limit: int = MAX_CPULIST_TEXT) -> ContainerFacts:
+def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit: int = MAX_CPULIST_TEXT,
+                  counted: Tuple[Optional[Dict[str, str]], Optional[Dict[str, str]]] = (None, None)) -> ContainerFacts:
     """The engine's view of a container; raises a HookError for a value out of bounds or malformed.
 
     ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
+    ``counted``: the pod's and the container's annotations as count_annotations gave them, when
+    the caller read them already.
     """
     where = f"container {quote(container.id, bare=True)}"
     check_request(pod, container, where)
-    annotations = read_annotations(pod.annotations, "pod", where)
-    annotations.update(read_annotations(container.annotations, "container", where))
+    annotations = read_annotations(pod.annotations, "pod", where, counted[0])
+    annotations.update(read_annotations(container.annotations, "container", where, counted[1]))
     annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
                         CONTAINER_NAME: container.name})
     cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu", cpus_limit)
@@ -397,16 +400,19 @@ class Handlers:
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
         where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
         try:
-            annotations = count_annotations(req.pod.annotations, "the pod", where)
-            annotations.update(count_annotations(req.container.annotations, "the container", where))
+            pod_annotations = count_annotations(req.pod.annotations, "the pod", where)
+            container_annotations = count_annotations(req.container.annotations, "the container", where)
         except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
             self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
             return api.CreateContainerResponse()
+        annotations = dict(pod_annotations)
+        annotations.update(container_annotations)
         annotations[CONTAINER_NAME] = req.container.name
         if not (self.places_all or may_ask(annotations)):
             return api.CreateContainerResponse()
         try:
-            answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit()))
+            answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit(),
+                                                      (pod_annotations, container_annotations)))
             reply = api.CreateContainerResponse(update=format_updates(answer.updates))
             if answer.adjust is not None:
                 reply.adjust.CopyFrom(format_adjustment(answer.adjust))
