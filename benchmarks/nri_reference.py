@@ -30,7 +30,20 @@ import sys
 from typing import Dict, List
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_TOOL = os.path.join(os.path.dirname(REPO), "shared", "tools", "nri-reference", "run")
+
+
+def find_tool() -> str:
+    """``shared/tools/nri-reference/run`` beside this checkout or beside one of its parents."""
+    here = REPO
+    while True:
+        parent = os.path.dirname(here)
+        candidate = os.path.join(parent, "shared", "tools", "nri-reference", "run")
+        if os.path.exists(candidate) or parent == here:
+            return candidate
+        here = parent
+
+
+DEFAULT_TOOL = find_tool()
 HOME = os.environ.get("NRI_REFERENCE_HOME", os.path.expanduser("~/.cache/nri-reference"))
 GOALS = {"cri_create": 1.05, "create": 2.0, "update": 2.0, "stop": 2.0, "cpu": 1.5, "rss": 1.5}
 LABELS = {"cri_create": "CRI CreateContainer p50 c/b", "create": "answer CreateContainer p50 c'/b'",
