@@ -8,9 +8,9 @@ checkpoint, and a watcher that reads every container's cpuset while claims come 
   0.8.0; written atomically (a temporary name that CDI does not read, then a rename), removed at
   unprepare. kubelet passes the qualified name ``dra.k8s.io/cpu=claim-<uid>`` in CRI's
   ContainerConfig.CDI_devices.
-* :func:`resources_none` is what kubelet sends with the CPU manager policy ``none`` (the DRA
+* :class:`PoolKube` makes containers as kubelet does with the CPU manager policy ``none`` (the DRA
   driver's setting): no cpuset, the CPU shares of the request (2 without one: kubelet's
-  MinShares), no quota without a limit.
+  MinShares), no quota without a limit, the claims' CDI devices; and reads what they got.
 * :class:`PoolWatcher` samples the cpuset of every container it is told about (cgroup v1
   ``cpuset.cpus``, v2 ``cpuset.cpus.effective``, what the kernel grants) in one thread, keeping
   every value change with its time; :func:`find_violations` checks the invariant against the
@@ -33,6 +33,11 @@ import uuid
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
+
+try:
+    from .images import BUSYBOX_IMAGE
+except ImportError:  # collected as top-level modules (rootdir-relative), or the VM scenarios' sys.path
+    from images import BUSYBOX_IMAGE  # type: ignore[no-redef]
 from mixed_cpus_hook.testing.fakenode import format_checkpoint
 
 CDI_VENDOR, CDI_CLASS = "dra.k8s.io", "cpu"
@@ -105,9 +110,72 @@ class Claims:
         self.files.clear()
 
 
-def resources_none(cri, shares: int = MIN_SHARES, quota: int = 0):
-    """A container's resources as kubelet sends them with the CPU manager policy none."""
-    return cri.resources("", quota, PERIOD, shares=shares)
+# ---------------------------------------------------------------------------------------------
+# kubelet's calls with claims
+
+
+ENV_SCRIPT = ("grep Cpus_allowed_list: /proc/1/status; tr '\\0' '\\n' < /proc/1/environ | "
+              "grep -E '^(OPENSHIFT_|DRA_CPUSET_)' || true")
+
+
+class PoolKube:
+    """kubelet's CRI calls (cri_kube.Kube) with the CPU DRA driver's claims, and what a container got."""
+
+    def __init__(self, kube, claims: Claims) -> None:
+        self.kube, self.claims = kube, claims
+
+    def pod(self, name: str, namespace: str = "mixed-ns", quota: int = -1, asks: str = ""):
+        """A pod (its cgroup's quota unlimited: no CPU limit) that asks for nothing by annotation."""
+        return self.kube.pod(name=name, namespace=namespace, quota=quota, asks=asks)
+
+    def container(self, pod, name: str, claims: Iterable[Claim] = (), shares: int = MIN_SHARES, start: bool = True,
+                  cpus: str = "", quota: int = 0, command: Optional[List[str]] = None) -> str:
+        """CreateContainer (and StartContainer) as kubelet sends them; ``cpus``/``quota``: the static CPU
+        manager's values (none with the policy none)."""
+        cri = self.kube.cri
+        cid = cri.create(pod.id, pod.config, name, BUSYBOX_IMAGE, command or ["sleep", "3600"],
+                         cri.resources(cpus, quota, PERIOD, shares=shares),
+                         annotations={"io.kubernetes.container.name": name},
+                         cdi_devices=tuple(c.device for c in claims))
+        if start:
+            cri.start(cid)
+        return cid
+
+    def cpuset_file(self, pod, cid: str) -> str:
+        """The set the kernel grants: cgroup v2 cpuset.cpus.effective, v1 cpuset.cpus."""
+        return self.kube.cgroup(pod, cid, "cpuset") + ("/cpuset.cpus.effective" if self.kube.v2 else "/cpuset.cpus")
+
+    def watch(self, watcher: "PoolWatcher", name: str, pod, cid: str) -> None:
+        """Have ``watcher`` sample the container's granted set, reading it at every write to its cpuset.cpus."""
+        watcher.add(name, self.cpuset_file(pod, cid), self.kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus")
+
+    def cpus(self, pod, cid: str) -> str:
+        with open(self.cpuset_file(pod, cid), encoding="ascii") as f:
+            return f.read().strip()
+
+    def allowed(self, cid: str, pid: Optional[int] = None) -> str:
+        """Cpus_allowed_list of the container's PID 1 (or ``pid``), read from the host's /proc (no exec)."""
+        with open(f"/proc/{pid or self.kube.pid(cid)}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+        raise AssertionError("no Cpus_allowed_list")
+
+    def inside(self, cid: str) -> Dict[str, str]:
+        """Cpus_allowed_list of PID 1 and its OPENSHIFT_* and DRA_CPUSET_* variables, read inside."""
+        rc, out, err = self.kube.cri.exec_sync(cid, ["sh", "-c", ENV_SCRIPT], timeout=self.kube.exec_timeout)
+        assert rc == 0, err
+        got = {}
+        for line in out.splitlines():
+            key, sep, value = line.partition(":" if line.startswith("Cpus_allowed_list:") else "=")
+            if sep:
+                got[key] = value.strip()
+        return got
+
+    def release(self, cid: str) -> None:
+        """kubelet's StopContainer and RemoveContainer."""
+        self.kube.cri.stop(cid, timeout=0)
+        self.kube.cri.remove(cid)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,11 +222,13 @@ class PoolWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def add(self, name: str, path: str) -> None:
+    def add(self, name: str, path: str, notify: str = "") -> None:
+        """Watch ``path``; a write to ``notify`` (default: ``path``) triggers a read (cgroup v2: the kernel
+        changes cpuset.cpus.effective without a write to it: writes go to cpuset.cpus)."""
         fd = os.open(path, os.O_RDONLY)
-        wd = self._libc.inotify_add_watch(self._ifd, os.fsencode(path), IN_MODIFY)
+        wd = self._libc.inotify_add_watch(self._ifd, os.fsencode(notify or path), IN_MODIFY)
         if wd < 0:
-            raise OSError(ctypes.get_errno(), f"inotify on {path}")
+            raise OSError(ctypes.get_errno(), f"inotify on {notify or path}")
         with self._lock:
             self._fds[name] = fd
             self._wds[wd] = name

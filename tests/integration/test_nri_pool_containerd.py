@@ -18,11 +18,12 @@ pinning").
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import List
 
 import pytest
 
@@ -30,21 +31,21 @@ try:
     from . import containerd as ctd_mod
     from .cri import CriError
     from .cri_kube import Kube, Plugin, wait_for
-    from .pool_kube import Claims, PoolWatcher, Window, find_violations, parse_cpus, resources_none, spec_doc
+    from .helpers import hook_executable
+    from .pool_kube import Claims, PoolKube, PoolWatcher, Window, find_violations, parse_cpus, spec_doc
 except ImportError:  # collected as top-level modules (rootdir-relative)
     import containerd as ctd_mod  # type: ignore[no-redef]
     from cri import CriError  # type: ignore[no-redef]
     from cri_kube import Kube, Plugin, wait_for  # type: ignore[no-redef]
-    from pool_kube import (Claims, PoolWatcher, Window, find_violations, parse_cpus,  # type: ignore[no-redef]
-                           resources_none, spec_doc)
+    from helpers import hook_executable  # type: ignore[no-redef]
+    from pool_kube import (Claims, PoolKube, PoolWatcher, Window, find_violations,  # type: ignore[no-redef]
+                           parse_cpus, spec_doc)
 
 pytestmark = [pytest.mark.integration]
 
 BUSYBOX = "/bin/busybox"
 SETTLE = 15.0
 SHARES_HALF_CPU = 512  # kubelet's shares for a request of 0.5 CPU: a mixed claim container
-ENV_SCRIPT = ("grep Cpus_allowed_list: /proc/1/status; tr '\\0' '\\n' < /proc/1/environ | "
-              "grep -E '^(OPENSHIFT_|DRA_CPUSET_)' || true")
 
 
 def require_prerequisites() -> None:
@@ -69,13 +70,12 @@ def ctd(request):
         yield c
 
 
-class PoolWorld:
-    """One test: kubelet's calls, the driver's claims, plugins started on demand."""
+class PoolWorld(PoolKube):
+    """One test: kubelet's calls with the driver's claims (pool_kube.PoolKube), plugins started on demand."""
 
     def __init__(self, ctd: ctd_mod.Containerd, node) -> None:
+        super().__init__(Kube(ctd, node.top, os.path.join(node.tmp, "pod-logs")), Claims(ctd.cdi_dir))
         self.ctd, self.node = ctd, node
-        self.kube = Kube(ctd, node.top, os.path.join(node.tmp, "pod-logs"))
-        self.claims = Claims(ctd.cdi_dir)
         self.plugins: List[Plugin] = []
 
     def plugin(self, extra: str = "", failure_policy: str = "fail") -> Plugin:
@@ -91,48 +91,6 @@ class PoolWorld:
         self.plugins.append(p)
         p.start()
         return p
-
-    def pod(self, name: str, namespace: str = "mixed-ns"):
-        return self.kube.pod(name=name, namespace=namespace, quota=-1, asks="")
-
-    def container(self, pod, name: str, claims=(), shares: int = 2, start: bool = True) -> str:
-        cri = self.kube.cri
-        cid = cri.create(pod.id, pod.config, name, ctd_mod.BUSYBOX_IMAGE, ["sleep", "3600"],
-                         resources_none(cri, shares), annotations={"io.kubernetes.container.name": name},
-                         cdi_devices=tuple(c.device for c in claims))
-        if start:
-            cri.start(cid)
-        return cid
-
-    def cpuset_file(self, pod, cid: str) -> str:
-        return self.kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus"
-
-    def cpus(self, pod, cid: str) -> str:
-        with open(self.cpuset_file(pod, cid), encoding="ascii") as f:
-            return f.read().strip()
-
-    def allowed(self, cid: str) -> str:
-        """Cpus_allowed_list of the container's PID 1, read from the host's /proc (no exec: instant)."""
-        with open(f"/proc/{self.kube.pid(cid)}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Cpus_allowed_list:"):
-                    return line.split(":", 1)[1].strip()
-        raise AssertionError("no Cpus_allowed_list")
-
-    def inside(self, cid: str) -> Dict[str, str]:
-        """Cpus_allowed_list of PID 1 and its OPENSHIFT_* and DRA_CPUSET_* variables, read inside."""
-        rc, out, err = self.kube.cri.exec_sync(cid, ["sh", "-c", ENV_SCRIPT])
-        assert rc == 0, err
-        got = {}
-        for line in out.splitlines():
-            key, sep, value = line.partition(":" if line.startswith("Cpus_allowed_list:") else "=")
-            if sep:
-                got[key] = value.strip()
-        return got
-
-    def release(self, cid: str) -> None:
-        self.kube.cri.stop(cid, timeout=0)
-        self.kube.cri.remove(cid)
 
     def cleanup(self) -> List[str]:
         problems = self.kube.cleanup()
@@ -161,7 +119,7 @@ def claim_cycle(pool: PoolWorld, watcher: PoolWatcher, std_pod, std: str, name: 
     seen = {"std_after_create": pool.cpus(std_pod, std), "std_allowed_after_create": pool.allowed(std)}
     start = time.monotonic()
     pool.kube.cri.start(cid)
-    watcher.add(name, pool.cpuset_file(pod, cid))
+    pool.watch(watcher, name, pod, cid)
     seen.update(cpus=pool.cpus(pod, cid), inside=pool.inside(cid))
     end = time.monotonic()
     pool.release(cid)
@@ -184,7 +142,7 @@ def test_claims_shrink_the_pool_before_the_claimant_starts(pool):
     assert pool.cpus(std_pod, std) == "0-1"
     assert pool.inside(std)["Cpus_allowed_list"] == "0-1"
     with PoolWatcher() as w:
-        w.add("std", pool.cpuset_file(std_pod, std))
+        pool.watch(w, "std", std_pod, std)
         claim, seen, window = claim_cycle(pool, w, std_pod, std, "claimant", shares=2)  # no CPU request
         claim2, seen2, window2 = claim_cycle(pool, w, std_pod, std, "mixed", shares=SHARES_HALF_CPU)
         until = time.monotonic()
@@ -328,10 +286,33 @@ def test_a_second_plugin_that_sets_the_cpuset_makes_nri_refuse_the_container(poo
     for e in (err, err2):
         assert "both tried to set CPU pinning" in e.value.details, e.value
         assert '"00-dra.cpu"' in e.value.details and '"10-mixed-cpus-hook"' in e.value.details, e.value
+    # `check` names such a plugin: here pre-installed in containerd's plugin_path (containerd starts those
+    # only at its own start: the file is only looked at)
+    marker = os.path.join(pool.ctd.dir, "nri-plugins", "00-dra.cpu")
+    with open(marker, "w", encoding="utf-8"):
+        pass
+    try:
+        found = check_finding(pool, "nri-plugins")
+    finally:
+        os.unlink(marker)
+    assert found["status"] == "error" and f"the CPU DRA driver's NRI half (kubernetes-sigs/dra-driver-cpu): {marker}" \
+        in found["message"], found
+    assert "in place of its NRI half" in found["fix"], found
     # the driver's half gone: the same containers are created and placed
     assert wait_for(lambda: _try_create(pool, pod, "std"), True, SETTLE) is True
     claimant = pool.container(pod, "claimant", claims=(claim,))
     assert pool.cpus(pod, claimant) == "1"
+
+
+def check_finding(pool, check: str) -> dict:
+    """One finding of `mixed-cpus-hook check` with the plugin's configuration and this containerd's config."""
+    argv = [hook_executable(), "--config", pool.plugins[0].config_path, "check", "--json", "--no-detect", "--no-probe",
+            "--no-systemd", "--containerd-config", pool.ctd.config]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, MIXED_CPUS_HOOK_CACHE_DIR=pool.node.cache_dir))
+    findings = [f for f in json.loads(proc.stdout) if f["check"] == check]
+    assert findings, proc.stdout + proc.stderr
+    return findings[0]
 
 
 def _try_create(pool, pod, name: str) -> bool:
