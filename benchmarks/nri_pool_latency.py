@@ -163,6 +163,7 @@ def bench_cri(sizes: List[int], rounds: int, version: str) -> None:
     top = f"/nri-pool-bench-{os.getpid()}"
     try:
         with ctd_mod.running(version, cdi=True, owned_cgroups=[top]) as ctd:
+            ctd.cri.timeout = 60 + 0.1 * max(sizes)  # containerd applies one update per container inside the call
             kube = Kube(ctd, top, os.path.join(tmp, "logs"))
             k = PoolKube(kube, Claims(ctd.cdi_dir))
             config = os.path.join(tmp, "config.yaml")
@@ -190,13 +191,13 @@ def bench_cri(sizes: List[int], rounds: int, version: str) -> None:
                 if problems:
                     print(f"  cleanup: {problems}")
     finally:
-        for controller in ("cpuset", "cpu", "cpu,cpuacct", "memory", "pids", "devices", "freezer", "blkio"):
-            path = f"/sys/fs/cgroup/{controller}{top}"
-            for cur, _dirs, _files in sorted(os.walk(path, topdown=False)) if os.path.isdir(path) else []:
+        for mount in sorted(os.listdir("/sys/fs/cgroup")):  # every hierarchy runc made the pods' cgroups in
+            path = f"/sys/fs/cgroup/{mount}{top}"
+            for cur, _dirs, _files in os.walk(path, topdown=False):  # deepest first
                 try:
                     os.rmdir(cur)
-                except OSError:
-                    pass
+                except OSError as exc:
+                    print(f"  cleanup: {cur}: {exc}")
         shutil.rmtree(tmp, ignore_errors=True)
 
 
