@@ -313,12 +313,17 @@ class Containerd:
             raise RuntimeError(f"ctr {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
 
-    def import_images(self) -> List[str]:
-        """Build the busybox and pause images (images.py) and import them; returns their names."""
-        archive = os.path.join(self.dir, "images.tar")
-        names = write_oci_archive(archive)
+    def import_images(self, archive: str = "") -> List[str]:
+        """Build the busybox and pause images (images.py) and import them; returns their names.
+        ``archive``: one write_oci_archive wrote already (the VM scenarios get it built on the host)."""
+        if archive:
+            names = [BUSYBOX_IMAGE, PAUSE_IMAGE]
+        else:
+            archive = os.path.join(self.dir, "images.tar")
+            names = write_oci_archive(archive)
         self.ctr("images", "import", archive)
-        os.unlink(archive)
+        if archive.startswith(self.dir):
+            os.unlink(archive)
         listed = self.ctr("images", "list", "-q").stdout.split()
         missing = [n for n in names if n not in listed]
         if missing:

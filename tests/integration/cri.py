@@ -8,7 +8,7 @@ from there; nothing generated lives in the tree.
 :class:`CriClient` wraps the calls the tests make with kubelet's shapes: a pod sandbox with the
 pod's annotations, host network (no CNI here) and a cgroupfs ``cgroup_parent``
 (``/.../kubepods/pod<uid>``); containers with ``linux.resources`` (cpuset, quota, period) and
-annotations; ``UpdateContainerResources`` as the CPU manager's rewrite.
+annotations and CDI devices (a DRA claim's); ``UpdateContainerResources`` as the CPU manager's rewrite.
 """
 
 from __future__ import annotations
@@ -122,7 +122,10 @@ class CriClient:
 
     def create(self, pod_id: str, sandbox_config, name: str, image: str, command: List[str],
                resources=None, annotations: Optional[Dict[str, str]] = None,
-               mounts: Tuple[Tuple[str, str], ...] = (), envs: Optional[Dict[str, str]] = None) -> str:
+               mounts: Tuple[Tuple[str, str], ...] = (), envs: Optional[Dict[str, str]] = None,
+               cdi_devices: Tuple[str, ...] = ()) -> str:
+        """CreateContainer as kubelet sends it; ``cdi_devices``: fully qualified CDI device names (what kubelet
+        passes for a DRA claim's prepared devices, ContainerConfig.CDI_devices)."""
         pb = self.pb
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=image),
@@ -130,6 +133,7 @@ class CriClient:
             envs=[pb.KeyValue(key=k, value=v) for k, v in sorted((envs or {}).items())],
             mounts=[pb.Mount(host_path=h, container_path=c) for h, c in mounts],
             labels={"io.kubernetes.container.name": name},
+            CDI_devices=[pb.CDIDevice(name=n) for n in cdi_devices],
             linux=pb.LinuxContainerConfig(
                 resources=resources or self.resources(),
                 security_context=pb.LinuxContainerSecurityContext(namespace_options=pb.NamespaceOption(

@@ -107,8 +107,8 @@ class Kube:
                     for f in ("cpuset.cpus", "cpuset.mems"):
                         if not read_file(f"{cur}/{f}"):
                             write_file(f"{cur}/{f}", read_file(f"{parent}/{f}"))
-        if self.v2:
-            write_file(f"{CGROUP_ROOT}{rel}/cpu.max", f"{quota} {period}")
+        if self.v2:  # -1: no limit ("max")
+            write_file(f"{CGROUP_ROOT}{rel}/cpu.max", f"{'max' if quota < 0 else quota} {period}")
         else:
             write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_period_us", str(period))
             write_file(f"{CGROUP_ROOT}/cpu{rel}/cpu.cfs_quota_us", str(quota))

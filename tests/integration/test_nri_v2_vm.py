@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import tempfile
 
 import pytest
@@ -63,35 +61,13 @@ def run():
         # The VM does not see the host's /var/cache: the binaries go into the shared rwdir
         # (hard links when on the same file system, else copies).
         cache = os.path.join(rwdir, "containerd")
-        shutil.copytree(ctd_mod.CACHE, cache, copy_function=link_or_copy)
-        with open(os.path.join(rwdir, "input.json"), "w", encoding="utf-8") as f:
-            json.dump(dict(INPUT, containerd_cache=cache), f, indent=1)
-        script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
-        try:
-            result, timeout = vm.run_in_vm(script, rwdir, cpus=4, timeout=VM_TIMEOUT), None
-        except vm.VMTimeoutError as exc:
-            result, timeout = None, exc
-        path = os.path.join(rwdir, "results.json")
-        doc = None
-        if os.path.isfile(path):
-            if os.environ.get("MIXED_CPUS_HOOK_VM_RESULTS"):
-                shutil.copyfile(path, os.environ["MIXED_CPUS_HOOK_VM_RESULTS"])
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-    if timeout is not None:
-        pytest.fail(f"{timeout}\nsteps done: {(doc or {}).get('order')}\n--- vng console (tail) ---\n"
-                    + "\n".join(timeout.vng_output.splitlines()[-30:]))
-    if doc is None:
-        pytest.fail(f"the VM wrote no results file\n{result.describe()}")
+        vm.link_tree(ctd_mod.CACHE, cache)
+        run = vm.run_scenario(SCENARIO, dict(INPUT, containerd_cache=cache), rwdir, cpus=4, timeout=VM_TIMEOUT)
+    if run.problem():
+        pytest.fail(run.problem())
+    result, doc = run.result, run.doc
     print(f"\nNRI v2 VM: {result.elapsed:.1f} s in all, scenario {doc.get('elapsed')} s")
     return Run(result, doc)
-
-
-def link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 class Run:

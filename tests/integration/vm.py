@@ -48,6 +48,7 @@ from typing import List, Optional, Sequence, Union
 
 __all__ = [
     "DEFAULT_VENV_DIR",
+    "ScenarioRun",
     "VNG_REQUIREMENT",
     "VMError",
     "VMTimeoutError",
@@ -55,6 +56,8 @@ __all__ = [
     "ensure_vng",
     "find_kernel",
     "run_in_vm",
+    "run_scenario",
+    "link_tree",
     "skip_reason",
 ]
 
@@ -434,3 +437,57 @@ def skip_reason(venv_dir: _PathLike = DEFAULT_VENV_DIR) -> Optional[str]:
     except VMError as exc:
         return "virtme-ng not installable: %s" % exc
     return None
+
+
+class ScenarioRun(object):
+    """What :func:`run_scenario` got: the VM's result (None after a timeout), the results document the
+    scenario wrote (None when it wrote none), the timeout (or None)."""
+
+    def __init__(self, result, doc, timeout) -> None:
+        self.result, self.doc, self.timeout = result, doc, timeout
+
+    def problem(self) -> Optional[str]:
+        """Why there is nothing to assert (a timeout, no results file), or None."""
+        if self.timeout is not None:
+            return "%s\nsteps done: %s\n--- vng console (tail) ---\n%s" % (
+                self.timeout, (self.doc or {}).get("order"), "\n".join(self.timeout.vng_output.splitlines()[-30:]))
+        if self.doc is None:
+            return "the VM wrote no results file\n" + self.result.describe()
+        return None
+
+
+def run_scenario(scenario: str, inp: dict, rwdir: str, cpus: int = 4, timeout: float = 900,
+                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS") -> ScenarioRun:
+    """Run ``python -u SCENARIO INPUT.json RESULTS.json`` in a VM (this interpreter: the venv is visible
+    there) with ``inp`` as INPUT.json in ``rwdir``; read RESULTS.json back (a copy goes to the file named by
+    the environment variable ``keep_env`` when it is set)."""
+    import json
+
+    with open(os.path.join(rwdir, "input.json"), "w") as f:
+        json.dump(inp, f, indent=1)
+    script = 'exec %s -u %s "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n' % (sys.executable, scenario)
+    try:
+        result, timed_out = run_in_vm(script, rwdir, cpus=cpus, timeout=timeout), None
+    except VMTimeoutError as exc:
+        result, timed_out = None, exc
+    path = os.path.join(rwdir, "results.json")
+    doc = None
+    if os.path.isfile(path):
+        if os.environ.get(keep_env):
+            shutil.copyfile(path, os.environ[keep_env])
+        with open(path) as f:
+            doc = json.load(f)
+    return ScenarioRun(result, doc, timed_out)
+
+
+def link_tree(src: str, dst: str) -> None:
+    """A copy of the tree ``src`` at ``dst`` in the shared rwdir (the VM does not see the host's /var/cache):
+    hard links when both are on one file system, else copies."""
+
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy)

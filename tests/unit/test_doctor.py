@@ -132,7 +132,7 @@ class DoctorNode:
                      kubelet_state=str(self.kubelet_state), crio_config=str(self.crio_config),
                      crio_config_dir=str(self.crio_dir), preset=str(self.preset), systemctl=str(self.systemctl),
                      detect=False, containerd_config=str(self.root / "etc/containerd/config.toml"),
-                     nri_socket=str(self.root / "run/nri/nri.sock"))
+                     nri_socket=str(self.root / "run/nri/nri.sock"), nri_plugin_dir=str(self.root / "opt/nri/plugins"))
         return base._replace(**changes)
 
     def argv(self, **changes: Any) -> List[str]:
@@ -790,3 +790,162 @@ def test_units_of_the_installed_mode_s_preset(dnode: DoctorNode, monkeypatch: py
         p.unlink()
     f = by_check(findings_of(dnode, preset=None), "units")
     assert f.status == WARNING and "no preset of either mode is installed" in f.message, f
+
+
+# -- the pool (shared_cpus: pool) ----------------------------------------------------------------
+
+def pool_node(dn: DoctorNode, source: str = "dra", mode: str = "nri") -> None:
+    """shared_cpus: pool with reserved_cpus 0-1; kubelet set up for the source (none beside the CPU DRA driver;
+    static with reservedSystemCPUs = reserved_cpus and its checkpoint); NRI mode on containerd, or hook mode."""
+    dn.node.configure(shared_cpus="pool", exclusive_source=source, reserved_cpus="0-1")
+    kubelet = {"cpuManagerPolicy": "none"} if source == "dra" else {"reservedSystemCPUs": "0-1"}
+    if mode == "nri":
+        containerd_node(dn)
+        kubelet["containerRuntimeEndpoint"] = "unix:///run/containerd/containerd.sock"
+    dn.write_kubelet(**kubelet)
+    if source == "dra":
+        dn.write_state(entries={}, policy="none")
+    else:
+        dn.node.write_checkpoint({"0f1e2d3c-aaaa-bbbb-cccc-123456789abc": {"app": "4-5"}}, default="0-3,6-7")
+
+
+def pool_findings(dn: DoctorNode, **paths: Any) -> List[Finding]:
+    return findings_of(dn, nri_socket=None, preset=str(dn.root / "nri.preset"), **paths)
+
+
+@pytest.mark.parametrize("source", ["dra", "kubelet"])
+def test_pool_node_in_nri_mode(dnode: DoctorNode, source: str) -> None:
+    pool_node(dnode, source)
+    findings = pool_findings(dnode)
+    assert [f for f in findings if f.status != OK] == []
+    shared = by_check(findings, "shared-cpus").message
+    assert shared.startswith("the pool (shared_cpus: pool): the online CPUs outside reserved_cpus 0-1"), shared
+    assert ("CPU DRA driver's claims" if source == "dra" else "kubelet's checkpoint") in shared
+    assert by_check(findings, "cpu-manager-policy").message == ("none (exclusive_source dra)" if source == "dra"
+                                                                else "static (exclusive_source kubelet)")
+    assert by_check(findings, "pool").message == f"shared_cpus: pool (exclusive_source {source}) in NRI mode"
+    assert by_check(findings, "nri-plugins").message.startswith("no other NRI plugin that pins CPUs (looked in ")
+    if source == "dra":
+        assert "DRA_CPUSET_<claim uid>" in by_check(findings, "exclusive-source").message
+
+
+def test_pool_is_refused_in_hook_mode(dnode: DoctorNode) -> None:
+    """Hook mode cannot shrink the other containers before a new one starts: one line says so."""
+    pool_node(dnode, mode="hook")
+    f = by_check(findings_of(dnode), "pool")
+    assert f.status == ERROR and f.message == ("shared_cpus: pool is refused in hook mode: a hook cannot shrink the "
+                                               "other containers' cpusets before a new container starts"), f
+    assert "NRI mode" in f.fix and "fixed cpulist" in f.fix
+
+
+POOL_KUBELET = [
+    pytest.param("dra", {"cpuManagerPolicy": "static"}, "cpu-manager-policy",
+                 "cpuManagerPolicy is 'static': with exclusive_source dra", "cpuManagerPolicy: none", id="dra-static"),
+    pytest.param("kubelet", {"cpuManagerPolicy": "none"}, "cpu-manager-policy",
+                 "cpuManagerPolicy is 'none': with exclusive_source kubelet the pool is kubelet's defaultCpuSet",
+                 "cpuManagerPolicy: static", id="kubelet-none"),
+    pytest.param("kubelet", {"reservedSystemCPUs": "0"}, "reserved-cpus",
+                 "kubelet's reservedSystemCPUs 0 differ from reserved_cpus 0-1", "same list", id="reserved-differ"),
+]
+
+
+@pytest.mark.parametrize("source,kubelet,check,message,fix", POOL_KUBELET)
+def test_pool_kubelet_settings(dnode: DoctorNode, source: str, kubelet: Dict[str, str], check: str, message: str,
+                               fix: str) -> None:
+    pool_node(dnode, source)
+    dnode.write_kubelet(containerRuntimeEndpoint="unix:///run/containerd/containerd.sock",
+                        **dict({"cpuManagerPolicy": "none"} if source == "dra" else {}, **kubelet))
+    f = by_check(pool_findings(dnode), check)
+    assert (f.status, message in f.message, fix in f.fix) == (ERROR, True, True), f
+
+
+def test_pool_kubelet_source_needs_the_checkpoint(dnode: DoctorNode) -> None:
+    pool_node(dnode, "kubelet")
+    os.unlink(dnode.node.kubelet_state)
+    f = by_check(pool_findings(dnode), "exclusive-source")
+    assert f.status == ERROR and "every container is refused" in f.message, f
+
+
+@pytest.mark.parametrize("name,what", [
+    ("dracpu", doctor.DRA_DRIVER), ("/dracpu", doctor.DRA_DRIVER), ("00-dra.cpu", doctor.DRA_DRIVER),
+    ("dra-driver-cpu-v0.2", None), ("dra-driver-cpu", doctor.DRA_DRIVER),
+    ("/usr/bin/nri-resource-policy-topology-aware", doctor.NRI_POLICY), ("90-balloons", doctor.NRI_POLICY),
+    ("10-mixed-cpus-hook", None), ("nri-memory-qos", None), ("containerd", None), ("balloons-helper", None),
+])
+def test_match_cpu_plugin(name: str, what: Optional[str]) -> None:
+    assert doctor.match_cpu_plugin(name) == what
+
+
+@pytest.mark.parametrize("where", ["plugin-dir", "process"])
+@pytest.mark.parametrize("program,fix", [
+    ("dracpu", "run this plugin in place of its NRI half (shared_cpus: pool, exclusive_source: dra"),
+    ("nri-resource-policy-balloons", "one CPU policy per node"),
+])
+def test_another_nri_plugin_that_pins_cpus(dnode: DoctorNode, monkeypatch: pytest.MonkeyPatch, where: str,
+                                           program: str, fix: str) -> None:
+    """Found pre-installed in the runtime's plugin dir (containerd's plugin_path) or running: NRI refuses a
+    container whose cpuset two plugins set, so in NRI mode it is an error, naming it and what to run instead."""
+    pool_node(dnode)
+    plugin_dir = dnode.root / "opt/nri/plugins"
+    plugin_dir.mkdir(parents=True)
+    (plugin_dir / "10-mixed-cpus-hook").write_text("")
+    monkeypatch.setattr(doctor, "process_args", lambda name: None)
+    monkeypatch.setattr(doctor, "list_processes", lambda: [(1, "systemd", ["/sbin/init"]), (7, "python3", [])])
+    if where == "plugin-dir":
+        (plugin_dir / f"00-{program}").write_text("")
+        expected = str(plugin_dir / f"00-{program}")
+    else:
+        monkeypatch.setattr(doctor, "list_processes", lambda: [(4242, program, [f"/{program}", "--v=4"])])
+        expected = f"process 4242 (/{program} --v=4)"
+    f = by_check(pool_findings(dnode, detect=where == "process"), "nri-plugins")
+    assert f.status == ERROR, f
+    assert f.message.startswith("another NRI plugin pins CPUs: ") and expected in f.message, f
+    assert "both tried to set CPU pinning" in f.message and fix in f.fix, f
+
+
+def test_plugin_dir_from_containerds_config(dnode: DoctorNode) -> None:
+    """containerd's plugin_path is where its pre-installed plugins are (default /opt/nri/plugins)."""
+    pool_node(dnode)
+    elsewhere = dnode.root / "srv/nri"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "05-topology-aware").write_text("")
+    config = dnode.root / "etc/containerd/config.toml"
+    config.write_text(config.read_text().replace("  disable = false\n", f'  disable = false\n  plugin_path = "{elsewhere}"\n'))
+    f = by_check(pool_findings(dnode, nri_plugin_dir=None), "nri-plugins")
+    assert f.status == ERROR and str(elsewhere / "05-topology-aware") in f.message, f
+
+
+def test_another_cpu_plugin_outside_nri_mode_is_a_warning(dnode: DoctorNode) -> None:
+    plugin_dir = dnode.root / "opt/nri/plugins"
+    plugin_dir.mkdir(parents=True)
+    (plugin_dir / "00-dracpu").write_text("")
+    f = by_check(findings_of(dnode), "nri-plugins")
+    assert f.status == WARNING, f
+    plugin_dir.joinpath("00-dracpu").unlink()
+    assert "nri-plugins" not in [f.check for f in findings_of(dnode)]  # hook mode, fixed set: nothing to say
+
+
+POOL_PINS = [
+    pytest.param({"verdict": "widened", "detail": "seen", "kernel": "6.1.0", "cgroup_version": 2}, "6.1.0-57-amd64",
+                 WARNING, "pins are lost when a cpuset changes (kernel 6.1.0, cgroup v2: seen): with shared_cpus: pool",
+                 id="probed-widened"),
+    pytest.param({"skipped": "not probed (--no-probe)"}, "6.1.0-57-amd64", WARNING,
+                 "kernel 6.1.0-57-amd64 (from its version; not probed (--no-probe)): with shared_cpus: pool every "
+                 "claim or release anywhere on the node changes every mixed container's cpuset", id="kernel-6.1"),
+    pytest.param({"skipped": "not probed (--no-probe)"}, "6.18.4", OK, "not probed", id="kernel-6.18"),
+    pytest.param({"verdict": "kept", "detail": "seen", "kernel": "6.18", "cgroup_version": 1}, "6.18", OK,
+                 "pins survive", id="probed-kept"),
+]
+
+
+@pytest.mark.parametrize("probe,kernel,status,message", POOL_PINS)
+def test_pool_thread_pins(dnode: DoctorNode, probe: Dict[str, Any], kernel: str, status: str, message: str) -> None:
+    """With the pool, every claim anywhere changes every mixed container's set: before 6.2 each resets pins."""
+    pool_node(dnode)
+    facts = read_facts(dnode.paths(nri_socket=None, preset=str(dnode.root / "nri.preset")))
+    facts["thread_affinity"], facts["cpus"]["kernel"] = probe, kernel
+    f = by_check(compute_findings(facts), "thread-affinity")
+    assert (f.status, message in f.message) == (status, True), f
+    if status == WARNING:
+        assert "threads an application pinned in a mixed container lose their pins at every claim" in f.message
+        assert f.fix == "a kernel 6.2 or later, or a fixed shared set (shared_cpus: a cpulist) in NRI mode"

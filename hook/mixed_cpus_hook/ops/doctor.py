@@ -17,7 +17,7 @@ import re
 import subprocess
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..node.config import Config, load_config, load_shared_cpus, read_online_cpus
+from ..node.config import Config, is_pool, load_config, load_reserved_cpus, load_shared_cpus, read_online_cpus
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import HookError
 from .machineconfig import DEFAULT_UNITS, PRESET_PATH, parse_preset
@@ -35,6 +35,14 @@ DEFAULT_CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
 DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"  # containerd/nri pkg/api: the runtime's socket for plugins
 NRI_UNIT = "mixed-cpus-hook-nri.service"
+# containerd/nri: where the runtime starts pre-installed plugins (containerd plugin_path, CRI-O nri_plugin_dir)
+DEFAULT_NRI_PLUGIN_DIR = "/opt/nri/plugins"
+DRA_DRIVER = "the CPU DRA driver's NRI half (kubernetes-sigs/dra-driver-cpu)"
+NRI_POLICY = "an NRI resource policy of containers/nri-plugins (topology-aware, balloons, template)"
+# NRI plugins that set containers' cpusets, by program or plugin name (exact, or a prefix ending in "-"): the
+# driver's binary is /dracpu and it registers as 00-dra.cpu; nri-plugins ship nri-resource-policy-<policy>.
+CPU_PLUGINS = (("dracpu", DRA_DRIVER), ("dra.cpu", DRA_DRIVER), ("dra-driver-cpu", DRA_DRIVER),
+               ("nri-resource-policy-", NRI_POLICY), ("topology-aware", NRI_POLICY), ("balloons", NRI_POLICY))
 DEFAULT_HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d",)
 DEFAULT_CRIO_CGROUP_MANAGER = "systemd"
 DEFAULT_KUBELET_CGROUP_DRIVER = "cgroupfs"  # KubeletConfiguration's default
@@ -70,6 +78,7 @@ class Paths(NamedTuple):
     systemd_run_dir: str = SYSTEMD_RUN_DIR
     containerd_config: Optional[str] = None  # None: containerd's --config, else DEFAULT_CONTAINERD_CONFIG
     nri_socket: Optional[str] = None  # None: the runtime's configured socket, else DEFAULT_NRI_SOCKET
+    nri_plugin_dir: Optional[str] = None  # None: the runtime's configured plugin dir, else DEFAULT_NRI_PLUGIN_DIR
     probe: bool = True  # run the thread-affinity probe (a scratch cgroup; the verdict saved in the state dir)
 
 
@@ -184,14 +193,23 @@ def read_config_facts(paths: Paths, environ: Optional[Dict[str, str]] = None) ->
         facts["error"] = str(exc)
         config = Config()
     facts.update(annotation_prefix=config.annotation_prefix, sys_root=config.sys_root,
-                 cgroup_root=config.cgroup_root)
+                 cgroup_root=config.cgroup_root, pool=is_pool(config), exclusive_source=config.exclusive_source,
+                 reserved_cpus=config.reserved_cpus)
     return facts, config
 
 
 def read_cpu_facts(config: Config, config_ok: bool) -> Dict[str, Any]:
+    """The shared CPUs (with shared_cpus: pool, the reserved ones instead: the pool follows the
+    allocations), the online and isolated CPUs, the kernel's release (thread pins)."""
     facts: Dict[str, Any] = {"shared": None, "shared_where": None, "shared_error": None, "online": None,
-                             "online_error": None, "isolated": None, "isolated_error": None}
-    if config_ok:
+                             "online_error": None, "isolated": None, "isolated_error": None,
+                             "pool": config_ok and is_pool(config), "reserved": None, "kernel": os.uname().release}
+    if facts["pool"]:
+        try:
+            facts["reserved"] = format_cpulist(load_reserved_cpus(config))
+        except HookError as exc:
+            facts["shared_error"] = str(exc)
+    elif config_ok:
         try:
             shared, where = load_shared_cpus(config)
             facts["shared"], facts["shared_where"] = format_cpulist(shared), where
@@ -279,7 +297,8 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
                              "hooks_dir": list(DEFAULT_HOOKS_DIRS), "hooks_dir_source": "CRI-O's default",
                              "cgroup_manager": DEFAULT_CRIO_CGROUP_MANAGER, "cgroup_manager_source": "CRI-O's default",
                              "shared_cpuset": "", "shared_cpuset_source": "CRI-O's default",
-                             "nri": None, "nri_source": "CRI-O's default", "nri_listen": None}
+                             "nri": None, "nri_source": "CRI-O's default", "nri_listen": None,
+                             "nri_plugin_dir": None}
     for path in [main] + sorted(glob.glob(os.path.join(glob.escape(conf_dir), "*.conf"))):
         try:
             doc = parse_toml(_read_text(path))
@@ -305,6 +324,9 @@ def read_crio_facts(paths: Paths) -> Dict[str, Any]:
         listen = toml_get(doc, "crio.nri.nri_listen")
         if isinstance(listen, str) and listen:
             facts["nri_listen"] = listen
+        plugin_dir = toml_get(doc, "crio.nri.nri_plugin_dir")
+        if isinstance(plugin_dir, str) and plugin_dir:
+            facts["nri_plugin_dir"] = plugin_dir
     if argv:
         shared = _last(flag_values(argv, "--shared-cpuset"))
         if shared is not None:
@@ -440,7 +462,8 @@ def read_mode_facts(paths: Paths) -> Dict[str, Any]:
               or DEFAULT_CONTAINERD_CONFIG)
     facts: Dict[str, Any] = {"containerd_running": argv is not None, "containerd_config": config,
                              "containerd_nri": None, "containerd_error": None, "containerd_nri_socket": None,
-                             "containerd_systemd_cgroup": None, "nri_unit": NRI_UNIT}
+                             "containerd_systemd_cgroup": None, "nri_unit": NRI_UNIT,
+                             "containerd_nri_plugin_path": None}
     try:
         doc = parse_toml(_read_text(config))
         nri = _toml_at(doc, "plugins", "io.containerd.nri.v1.nri")
@@ -448,6 +471,8 @@ def read_mode_facts(paths: Paths) -> Dict[str, Any]:
             facts["containerd_nri"] = not nri["disable"]
         if isinstance(nri, dict) and isinstance(nri.get("socket_path"), str) and nri["socket_path"]:
             facts["containerd_nri_socket"] = nri["socket_path"]
+        if isinstance(nri, dict) and isinstance(nri.get("plugin_path"), str) and nri["plugin_path"]:
+            facts["containerd_nri_plugin_path"] = nri["plugin_path"]
         for keys in CONTAINERD_RUNC_OPTIONS:
             systemd = _toml_at(doc, *keys, "SystemdCgroup")
             if isinstance(systemd, bool):
@@ -468,6 +493,55 @@ def compute_nri_socket(paths: Paths, facts: Dict[str, Any]) -> str:
     configured = (facts["mode"].get("containerd_nri_socket") if runtime == "containerd"
                   else facts["crio"].get("nri_listen"))
     return paths.nri_socket or configured or DEFAULT_NRI_SOCKET
+
+
+def match_cpu_plugin(name: str) -> Optional[str]:
+    """What a program or NRI plugin called ``name`` is, when it is one that sets containers' cpusets (a
+    pre-installed plugin's file is ``<index>-<name>``); None otherwise."""
+    base = os.path.basename(name)
+    index, sep, rest = base.partition("-")
+    if sep and index.isdigit() and rest:
+        base = rest
+    for known, what in CPU_PLUGINS:
+        if base == known or (known.endswith("-") and base.startswith(known)):
+            return what
+    return None
+
+
+def list_processes() -> List[Tuple[int, str, List[str]]]:
+    """(pid, name, command line) of every process psutil can see (a container's too, from the host)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return []
+    out = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        info = getattr(proc, "info", {}) or {}
+        out.append((info.get("pid") or 0, info.get("name") or "", list(info.get("cmdline") or [])))
+    return out
+
+
+def read_nri_plugin_facts(paths: Paths, facts: Dict[str, Any]) -> Dict[str, Any]:
+    """Other NRI plugins that set cpusets: pre-installed in the runtime's plugin dir, or running."""
+    runtime = compute_runtime(facts)[0]
+    configured = (facts["mode"].get("containerd_nri_plugin_path") if runtime == "containerd"
+                  else facts["crio"].get("nri_plugin_dir"))
+    plugin_dir = paths.nri_plugin_dir or configured or DEFAULT_NRI_PLUGIN_DIR
+    found: List[Dict[str, str]] = []
+    try:
+        names = sorted(os.listdir(plugin_dir))
+    except OSError:
+        names = []
+    for name in names:
+        what = match_cpu_plugin(name)
+        if what:
+            found.append({"what": what, "where": os.path.join(plugin_dir, name)})
+    for pid, name, argv in (list_processes() if paths.detect else []):
+        what = match_cpu_plugin(argv[0]) if argv else None
+        what = what or match_cpu_plugin(name)
+        if what:
+            found.append({"what": what, "where": f"process {pid} ({' '.join(argv)[:120] or name})"})
+    return {"plugin_dir": plugin_dir, "processes": paths.detect, "found": found}
 
 
 def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
@@ -494,6 +568,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
     }
     socket = compute_nri_socket(paths, facts)
     facts["mode"].update(nri_socket=socket, nri_socket_exists=os.path.exists(socket))
+    facts["nri_plugins"] = read_nri_plugin_facts(paths, facts)
     return facts
 
 
@@ -528,6 +603,8 @@ def _cpu_findings(facts: Dict[str, Any]) -> Tuple[List[Finding], Optional[frozen
         return [Finding("shared-cpus", ERROR, cpus["shared_error"],
                         "write the node's shared cpulist (e.g. \"2-3\") to the shared-CPU file, or set shared_cpus; "
                         "on OpenShift apply the MachineConfig from `mixed-cpus-hook machineconfig`")], None
+    if cpus["pool"]:
+        return _pool_cpu_findings(facts), None
     shared = _cpus(cpus["shared"]) or frozenset()
     online = _cpus(cpus["online"])
     if online is None:
@@ -559,6 +636,28 @@ def _cpu_findings(facts: Dict[str, Any]) -> Tuple[List[Finding], Optional[frozen
     return out, shared
 
 
+def _pool_cpu_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """shared_cpus: pool: the reserved CPUs online (and not isolated: the system runs there); the pool itself
+    follows the allocations and is read at every event (`status` shows it)."""
+    cpus, cfg = facts["cpus"], facts["config"]
+    reserved, online = _cpus(cpus["reserved"]) or frozenset(), _cpus(cpus["online"])
+    source = ("the CPU DRA driver's claims" if cfg.get("exclusive_source") == "dra"
+              else "kubelet's checkpoint (defaultCpuSet)")
+    what = (f"the pool (shared_cpus: pool): the online CPUs outside reserved_cpus "
+            f"{format_cpulist(reserved) or '(none)'}, less the exclusive allocations ({source})")
+    if online is None:
+        return [Finding("shared-cpus", ERROR, f"{what}; {cpus['online_error']}",
+                        "check that sysfs is mounted (sys_root in the configuration)")]
+    if not reserved <= online:
+        off = format_cpulist(reserved - online)
+        return [Finding("shared-cpus", ERROR, f"{what}: reserved CPU(s) {off} not online (online: {cpus['online']})",
+                        "correct reserved_cpus: the system's CPUs, kubelet's reservedSystemCPUs")]
+    if not online - reserved:
+        return [Finding("shared-cpus", ERROR, f"{what}: no online CPU is outside reserved_cpus: the pool is always "
+                        "empty", "correct reserved_cpus")]
+    return [Finding("shared-cpus", OK, what)]
+
+
 def _kubelet_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[Finding]:
     k = facts["kubelet"]
     out: List[Finding] = []
@@ -577,7 +676,9 @@ def _kubelet_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> Lis
         extra = " + command-line flags " + ", ".join(sorted(k["flags"])) if k["flags"] and k["config_path"] else ""
         out.append(Finding("kubelet-config", OK, f"{where}{extra}"))
         policy = settings.get("cpuManagerPolicy") or "none"
-        if policy != "static":
+        if facts["cpus"].get("pool"):
+            out.extend(_pool_kubelet_findings(facts, policy, settings.get("reservedSystemCPUs"), k["state_path"]))
+        elif policy != "static":
             out.append(Finding("cpu-manager-policy", ERROR,
                                f"cpuManagerPolicy is {policy!r}: no container gets exclusive CPUs, so the hook "
                                "never applies",
@@ -586,32 +687,63 @@ def _kubelet_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> Lis
                                + DRAIN_AND_RESET.format(state=k["state_path"])))
         else:
             out.append(Finding("cpu-manager-policy", OK, "static"))
-        reserved_text = settings.get("reservedSystemCPUs")
-        reserved = _cpus(reserved_text) if reserved_text not in (None, "") else None
-        if shared is None:
-            out.append(Finding("reserved-cpus", WARNING, "not compared: the shared CPUs are unknown",
-                               "fix the shared CPUs first"))
-        elif reserved_text in (None, ""):
-            out.append(Finding("reserved-cpus", ERROR,
-                               f"reservedSystemCPUs is not set: kubelet may hand shared CPU(s) {format_cpulist(shared)} "
-                               "to a container exclusively",
-                               f"set reservedSystemCPUs to a set that includes {format_cpulist(shared)} (see "
-                               "docs/openshift.md, KubeletConfig), then " + DRAIN_AND_RESET.format(state=k["state_path"])))
-        elif reserved is None:
-            out.append(Finding("reserved-cpus", ERROR, f"reservedSystemCPUs {reserved_text!r} is not a cpulist",
-                               "correct reservedSystemCPUs in the KubeletConfig"))
-        elif not shared <= reserved:
-            missing = format_cpulist(shared - reserved)
-            out.append(Finding("reserved-cpus", ERROR,
-                               f"reservedSystemCPUs {format_cpulist(reserved)} lacks shared CPU(s) {missing}: kubelet "
-                               "can hand them to a container exclusively",
-                               f"add {missing} to reservedSystemCPUs, then " + DRAIN_AND_RESET.format(
-                                   state=k["state_path"])))
-        else:
-            out.append(Finding("reserved-cpus", OK,
-                               f"reservedSystemCPUs {format_cpulist(reserved)} includes the shared CPUs"))
+        if not facts["cpus"].get("pool"):
+            out.extend(_reserved_findings(settings.get("reservedSystemCPUs"), shared, k["state_path"]))
     out.extend(_state_findings(k, shared, settings.get("cpuManagerPolicy")))
     return out
+
+
+def _pool_kubelet_findings(facts: Dict[str, Any], policy: str, reserved_text: Optional[str],
+                           state: str) -> List[Finding]:
+    """kubelet's CPU manager beside the pool: ``none`` with the CPU DRA driver (exclusive_source dra), ``static``
+    with reservedSystemCPUs equal to reserved_cpus otherwise."""
+    dra = facts["config"].get("exclusive_source") == "dra"
+    want = "none" if dra else "static"
+    out: List[Finding] = []
+    if policy != want:
+        why = ("with exclusive_source dra the CPU DRA driver's claims are the exclusive CPUs, and kubelet's static "
+               "manager would pin containers too" if dra else
+               "with exclusive_source kubelet the pool is kubelet's defaultCpuSet: no static manager, no pool")
+        out.append(Finding("cpu-manager-policy", ERROR, f"cpuManagerPolicy is {policy!r}: {why}",
+                           f"set cpuManagerPolicy: {want} in the KubeletConfig, then " + DRAIN_AND_RESET.format(
+                               state=state)))
+    else:
+        out.append(Finding("cpu-manager-policy", OK, f"{policy} (exclusive_source {'dra' if dra else 'kubelet'})"))
+    if dra:
+        return out
+    mine = _cpus(facts["cpus"].get("reserved")) or frozenset()
+    theirs = _cpus(reserved_text) if reserved_text not in (None, "") else None
+    if theirs != mine:
+        out.append(Finding("reserved-cpus", ERROR,
+                           f"kubelet's reservedSystemCPUs {reserved_text or '(unset)'} differ from reserved_cpus "
+                           f"{format_cpulist(mine) or '(unset)'}: the pool would hold CPUs kubelet keeps for the "
+                           "system, or lack some", "set both to the same list"))
+    else:
+        out.append(Finding("reserved-cpus", OK, f"reservedSystemCPUs {format_cpulist(mine)} = reserved_cpus"))
+    return out
+
+
+def _reserved_findings(reserved_text: Optional[str], shared: Optional[frozenset], state: str) -> List[Finding]:
+    """reservedSystemCPUs against a fixed shared set: it must hold every shared CPU."""
+    reserved = _cpus(reserved_text) if reserved_text not in (None, "") else None
+    if shared is None:
+        return [Finding("reserved-cpus", WARNING, "not compared: the shared CPUs are unknown", "fix the shared CPUs first")]
+    if reserved_text in (None, ""):
+        return [Finding("reserved-cpus", ERROR,
+                        f"reservedSystemCPUs is not set: kubelet may hand shared CPU(s) {format_cpulist(shared)} "
+                        "to a container exclusively",
+                        f"set reservedSystemCPUs to a set that includes {format_cpulist(shared)} (see "
+                        "docs/openshift.md, KubeletConfig), then " + DRAIN_AND_RESET.format(state=state))]
+    if reserved is None:
+        return [Finding("reserved-cpus", ERROR, f"reservedSystemCPUs {reserved_text!r} is not a cpulist",
+                        "correct reservedSystemCPUs in the KubeletConfig")]
+    if not shared <= reserved:
+        missing = format_cpulist(shared - reserved)
+        return [Finding("reserved-cpus", ERROR,
+                        f"reservedSystemCPUs {format_cpulist(reserved)} lacks shared CPU(s) {missing}: kubelet "
+                        "can hand them to a container exclusively",
+                        f"add {missing} to reservedSystemCPUs, then " + DRAIN_AND_RESET.format(state=state))]
+    return [Finding("reserved-cpus", OK, f"reservedSystemCPUs {format_cpulist(reserved)} includes the shared CPUs")]
 
 
 def _state_findings(k: Dict[str, Any], shared: Optional[frozenset], policy: Optional[str]) -> List[Finding]:
@@ -679,9 +811,17 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
     src = facts.get("exclusive_source")
     if not src:
         return []
+    cfg = facts.get("config") or {}
+    if cfg.get("pool") and cfg.get("exclusive_source") == "dra":
+        return [Finding("exclusive-source", OK, "the CPU DRA driver's claims: the DRA_CPUSET_<claim uid> variables "
+                        "its CDI specs put in each container's environment (kubelet's checkpoint is not used)")]
     path, fallback = src["path"], "config.json's cpus at start, then the records and cgroups"
     out: List[Finding] = []
-    if src["error"]:
+    if cfg.get("pool") and not src["exists"]:
+        out.append(Finding("exclusive-source", ERROR, f"no kubelet checkpoint at {path} (kubelet_state_file): with "
+                           "shared_cpus: pool and exclusive_source kubelet the pool is its defaultCpuSet, so every "
+                           "container is refused", "point kubelet_state_file at kubelet's cpu_manager_state"))
+    elif src["error"]:
         out.append(Finding("exclusive-source", WARNING,
                            f"kubelet's checkpoint {path} is refused ({src['error']}): using {fallback}",
                            "kubelet writes it atomically, so kubelet did not write this: if kubelet runs here, "
@@ -980,6 +1120,44 @@ def _mode_findings(facts: Dict[str, Any], shared: Optional[frozenset]) -> List[F
     return out
 
 
+def _pool_mode_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """shared_cpus: pool needs NRI mode: only an NRI plugin answers a container's creation with updates that
+    move the others off its CPUs before it starts."""
+    if not facts["config"].get("pool") or facts["config"].get("error"):
+        return []
+    mode = compute_mode(facts)
+    if mode in ("hook", "both"):
+        return [Finding("pool", ERROR, "shared_cpus: pool is refused in hook mode: a hook cannot shrink the other "
+                        "containers' cpusets before a new container starts",
+                        f"run NRI mode (`systemctl enable --now {NRI_UNIT}`, the hook-mode files removed), or set "
+                        "shared_cpus to a fixed cpulist")]
+    if mode == "nri":
+        return [Finding("pool", OK, f"shared_cpus: pool (exclusive_source {facts['config'].get('exclusive_source')}) "
+                        "in NRI mode")]
+    return [Finding("pool", WARNING, "shared_cpus: pool works in NRI mode only, and NRI mode is not set up",
+                    f"`systemctl enable --now {NRI_UNIT}`")]
+
+
+def _nri_plugin_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """Another NRI plugin that sets cpusets: NRI lets one plugin set a container's cpuset per request and fails the
+    container's creation when a second one does (containerd/nri pkg/adaptation/result.go, claimCpusetCpus)."""
+    seen = facts.get("nri_plugins")
+    if not seen:
+        return []
+    acting = compute_mode(facts) in ("nri", "both") or bool(facts["config"].get("pool"))
+    where = f"{seen['plugin_dir']}" + (" and the running processes" if seen["processes"] else "")
+    if not seen["found"]:
+        return [Finding("nri-plugins", OK, f"no other NRI plugin that pins CPUs (looked in {where})")] if acting else []
+    names = "; ".join(f"{f['what']}: {f['where']}" for f in seen["found"][:3])
+    dra = any(f["what"] == DRA_DRIVER for f in seen["found"])
+    fix = ("keep the CPU DRA driver's kubelet plugin (the claims and their CDI specs) and run this plugin in place of "
+           "its NRI half (shared_cpus: pool, exclusive_source: dra; docs/pool.md)" if dra else
+           "one CPU policy per node: remove that plugin, or this product from the node")
+    return [Finding("nri-plugins", ERROR if acting else WARNING,
+                    f"another NRI plugin pins CPUs: {names}. NRI refuses a container whose cpuset two plugins set "
+                    "(\"plugins ... both tried to set CPU pinning\"): with both, containers fail to be created", fix)]
+
+
 def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     """Judge the facts: a list of findings in a fixed order (config, CPUs, kubelet, CRI-O, units, cgroup)."""
     out = _config_findings(facts)
@@ -990,6 +1168,8 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += _runtime_findings(facts)
     out += _hooks_findings(facts)
     out += _mode_findings(facts, shared)
+    out += _pool_mode_findings(facts)
+    out += _nri_plugin_findings(facts)
     out += _unit_findings(facts)
     out += _cgroup_findings(facts)
     out += _namespace_findings(facts)
@@ -1061,14 +1241,34 @@ def _save_verdict(state_dir: str, verdict: str) -> bool:
     return True
 
 
+POOL_PINS = ("with shared_cpus: pool every claim or release anywhere on the node changes every mixed container's "
+             "cpuset, and on kernels before 6.2 each change resets every thread's affinity to the whole new set: the "
+             "threads an application pinned in a mixed container lose their pins at every claim")
+POOL_PINS_FIX = "a kernel 6.2 or later, or a fixed shared set (shared_cpus: a cpulist) in NRI mode"
+
+
+def _kernel_before_6_2(release: str) -> Optional[bool]:
+    try:
+        major, minor = (int(x) for x in release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return None
+    return (major, minor) < (6, 2)
+
+
 def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
-    """Whether a cpuset shrink and regrow (kubelet's rewrite, then the hook's reapply) keeps thread pins."""
+    """Whether a cpuset shrink and regrow (kubelet's rewrite, then the hook's reapply) keeps thread pins; with the
+    pool, whether a claim anywhere resets the pins in mixed containers."""
     from .affinity import KEPT, WIDENED
 
     probe = facts.get("thread_affinity")
+    pool = bool(facts["config"].get("pool"))
     if not probe:
         return []
     if probe.get("skipped"):
+        kernel = facts["cpus"].get("kernel") or ""
+        if pool and _kernel_before_6_2(kernel):
+            return [Finding("thread-affinity", WARNING, f"kernel {kernel} (from its version; {probe['skipped']}): "
+                            + POOL_PINS, POOL_PINS_FIX)]
         return [Finding("thread-affinity", OK, f"{probe['skipped']}: whether thread pins survive kubelet's rewrite "
                         "in hook mode is not known")]
     seen = f"kernel {probe['kernel']}, cgroup v{probe['cgroup_version']}: {probe['detail']}"
@@ -1078,6 +1278,9 @@ def _affinity_findings(facts: Dict[str, Any]) -> List[Finding]:
         seen += f"; {' and '.join(wrote)}"
     if probe["verdict"] == KEPT:
         return [Finding("thread-affinity", OK, f"pins survive a cpuset shrink and regrow ({seen})")]
+    if probe["verdict"] == WIDENED and pool:
+        return [Finding("thread-affinity", WARNING, f"pins are lost when a cpuset changes ({seen}): " + POOL_PINS,
+                        POOL_PINS_FIX)]
     if probe["verdict"] == WIDENED:
         return [Finding("thread-affinity", WARNING, f"pins are lost when a cpuset shrinks and regrows ({seen}): in "
                         "hook mode every kubelet rewrite followed by the reapply spreads an application's pinned "

@@ -237,6 +237,8 @@ class NriEngine:
 
     def _redecide(self, node: NodeFacts, cid: str) -> Optional[Update]:
         rec = load_container(self.state_dir, cid)
+        # "creating": the runtime makes the cgroup after CreateContainer is answered; once it exists the
+        # container is live (the record says "applied" only after a reconcile has seen it)
         if rec is None or rec.mode != "nri" or rec.phase == "releasing":
             return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
@@ -391,7 +393,7 @@ class NriEngine:
         """None: ``cid`` (a mixed NRI container) holds none of ``claimed``; a line: it did and was
         written back to its record's set; "": it still does."""
         rec = load_container(self.state_dir, cid)
-        if rec is None or rec.mode != "nri" or rec.phase == "releasing":
+        if rec is None or rec.mode != "nri" or rec.phase == "releasing":  # "creating" too (see _redecide)
             return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
         if not exists(dirs):

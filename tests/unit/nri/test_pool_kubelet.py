@@ -121,3 +121,23 @@ def test_the_pool_grows_back_at_the_next_event_after_kubelet_frees_cpus(world: W
     assert {u.container_id: u.linux.resources.cpu.cpus for u in reply.update} == {APP: "1-7"}
     updates: List[Any] = list(reply.update)
     assert updates[0].linux.resources.cpu.quota.value == 300000  # the budget, whatever the pool's size
+
+
+def test_a_mixed_container_whose_cgroup_came_after_its_creation_is_shrunk_too(world: World) -> None:
+    """As containerd does it: the runtime makes the container's cgroup after CreateContainer answered (the
+    record says "creating" until a reconcile sees the cgroup); a new exclusive container's reply must
+    still shrink it, and its start must still check it (seen on containerd 2.1 in the VM: the reply came
+    before the periodic reconcile had looked at the mixed container)."""
+    rel = world.paths[APP]["rel"]
+    world.node.remove_cgroup(rel)
+    world.create(APP)
+    world.node.mkdir(rel, "1-7")  # runc, with the adjustment
+    world.checkpoint({POD_UID: {"app": "2-3"}, OTHER_UID: {"other": "4-5"}})
+    reply = world.create(OTHER, apply=False, name="other", cpus="4-5", pod_uid=OTHER_UID, ask=None)
+    assert {u.container_id: u.linux.resources.cpu.cpus for u in reply.update} == {APP: "1-3,6-7"}
+    assert world.node.read(rel, "cpuset.cpus") == "1-7"  # the update "not applied": the start writes it
+    answer = world.peer.call("StateChange", api.StateChangeEvent(
+        event=api.EVENTS["START_CONTAINER"], pod=api.PodSandbox(uid=OTHER_UID),
+        container=api.Container(id=OTHER, name="other")))
+    assert answer.code == ttrpc.OK
+    assert world.node.read(rel, "cpuset.cpus") == "1-3,6-7"

@@ -463,7 +463,11 @@ def check(obj: Ctx, as_json: bool, kubelet_config: Optional[str], kubelet_state:
     exclusive assignment in cpu_manager_state on a shared CPU); the runtime kubelet uses
     (CRI-O or containerd); the mode (hook mode: CRI-O's hooks_dir holds the apply and release
     files; NRI mode: the plugin's unit runs and the runtime serves NRI; never both); that the
-    units are enabled and active; the cgroup version and both drivers.
+    units are enabled and active; the cgroup version and both drivers. With shared_cpus: pool:
+    NRI mode (hook mode is refused), kubelet's CPU manager for the exclusive source (none
+    beside the CPU DRA driver, static with reservedSystemCPUs = reserved_cpus), and whether a
+    claim anywhere resets thread pins (kernels before 6.2). Another NRI plugin that pins CPUs
+    (in the runtime's plugin dir, or running): NRI refuses a container two plugins pin.
 
     It writes two things, both only as root on a real node (--no-probe: neither): the
     thread-affinity probe makes a scratch cgroup under the cgroup root with a child process
