@@ -100,7 +100,22 @@ class DraEngine(NriEngine):
         self.save_snapshot()
 
     def save_snapshot(self) -> None:
-        """``<state_dir>/pool.json`` for status and metrics; a failure to write it is only logged."""
+        """``<state_dir>/pool.json`` for status and metrics; a failure to write it is only logged.
+
+        A report, never an input: with ``defer_reports`` (the plugin sets it) it is written by
+        ``after_answer``, once the runtime has its answer (at 1000 containers, writing it was
+        most of an answer's time)."""
+        if self.defer_reports:
+            self._snapshot_due = True
+            return
+        self._write_snapshot()
+
+    def after_answer(self) -> None:
+        if self._snapshot_due:
+            self._snapshot_due = False
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
         doc = {"pool": format_cpulist(self.pool), "exclusive_source": "dra",
                "exclusivity_failures": self.exclusivity_failures, "redone": self.redone,
                "members": {cid: {"kind": p.member.kind, "pod_uid": p.member.pod_uid, "namespace": p.namespace,

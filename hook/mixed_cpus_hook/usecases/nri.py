@@ -121,6 +121,9 @@ class NriEngine:
         self.reporter = reporter
         self.cache = cache or FactsCache()
         self.lock = HeldStateLock(config.state_dir)  # the state lock, its file kept open between events
+        # Reports (not inputs) written after the runtime has its answer (after_answer): the plugin sets it.
+        self.defer_reports = False
+        self._snapshot_due = False
         # The live counters (/metrics): the engine counts what it decides (containers made mixed,
         # pod quotas raised, reconcile errors), the front end requests, answer times and their errors.
         self.telemetry = telemetry or Telemetry(
@@ -409,6 +412,9 @@ class NriEngine:
         line = f"container {cid}: {path}: {format_cpulist(current)} -> {format_cpulist(rec.desired)} (pool shrunk)"
         self.reporter.warning(f"nri: {line}")
         return line
+
+    def after_answer(self) -> None:
+        """What waits until the answer is sent (DraEngine: the pool's report file)."""
 
     def tracks(self, cid: str) -> bool:
         """Whether ``cid`` (a plain id, checked by the caller) has a record: one stat."""

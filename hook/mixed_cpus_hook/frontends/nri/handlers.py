@@ -384,6 +384,10 @@ class Handlers:
             self._limit = (online, compute_cpus_limit(online))
         return self._limit[1]
 
+    def after_answer(self) -> None:
+        """Once the answers of a read are sent: what the engine kept for then (its reports)."""
+        self.engine.after_answer()
+
     def connected(self) -> None:
         """A new runtime connection: forget a half-received Synchronize."""
         self.pending_sync = self._new_sync()

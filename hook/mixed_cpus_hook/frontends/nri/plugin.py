@@ -181,6 +181,7 @@ class Plugin:
                  clock: Callable[[], float] = time.monotonic, write_timeout: float = WRITE_TIMEOUT,
                  telemetry: Optional[Telemetry] = None) -> None:
         self.handlers = handlers
+        handlers.engine.defer_reports = True  # written by after_answer, once the answers are sent
         self.telemetry = telemetry or handlers.engine.telemetry
         self.identity = identity
         self.reporter = reporter
@@ -383,6 +384,7 @@ class Plugin:
                 except OSError as exc:
                     return f"connection lost: {exc.strerror or exc}"
             finally:
+                self.handlers.after_answer()
                 self.reporter.release()
             if out.stalled(self.write_timeout):
                 return (f"the runtime read nothing of {out.pending} bytes of answers for {self.write_timeout:g} s: "
