@@ -11,7 +11,7 @@
 set -eu
 
 # group name | why | Debian 12 packages
-GROUPS_TABLE='runtimes|the integration tests run real containers: runc, crun, podman, a busybox rootfs, buildah for the plugin's image, strace for the crash points, inotify for the watches|runc crun podman busybox-static strace inotify-tools util-linux systemd buildah
+GROUPS_TABLE='runtimes|the integration tests run real containers: runc, crun, podman, a busybox rootfs, buildah for the plugin image, strace for the crash points, inotify for the watches|runc crun podman busybox-static strace inotify-tools util-linux systemd buildah
 vm|the cgroup v2 tests boot a throwaway VM under qemu with Debian'"'"'s kernel: linux-image-amd64 is a KERNEL IMAGE installed on this machine (apt adds it to the boot menu; the tests never boot this machine with it)|qemu-system-x86 linux-image-amd64
 packaging|make rpm, rpmlint, and the wheel make install builds|rpm rpmlint cpio python3-pip python3-setuptools python3-wheel
 system-python|the installed tree runs under the system python3 alone: the distribution packages of the dependencies, and debootstrap for the Debian bullseye (Python 3.9) root file system|python3-click python3-yaml python3-jsonschema python3-psutil python3-protobuf debootstrap

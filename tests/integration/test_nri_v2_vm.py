@@ -10,6 +10,13 @@ assert each step from it.
 Shared CPUs "0-1", the container's exclusive "2-3": mixed is "0-3" (cpuset.cpus and
 cpuset.cpus.effective), its cpu.max quota 200000 + 2 x 100000 = 400000, its pod's
 300000 + 200000 = 500000. One VM boot runs every check (the VM is emulated: slow).
+
+Then issue 14's stale checkpoint: a plugin that reads kubelet's checkpoint (written in kubelet's
+format, replaced by rename) and has no periodic reconcile, so only an NRI answer changes a
+cgroup. A mixed container is admitted on X = CPU 2 (mixed "0-2"); the checkpoint moves it to
+Y = CPU 3 and kubelet's cpuset-only update is answered "0-1,3", never the old "0-2"; moved back,
+a resize without a cpuset is answered "0-2"; moved to Y again with X given to a new container,
+the new one's CreateContainer reply moves the first one off X before kubelet's update for it.
 Set ``MIXED_CPUS_HOOK_VM_RESULTS=/some/file.json`` to keep a copy of the results file.
 """
 
@@ -33,6 +40,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.vm]
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO = os.path.join(HERE, "vm_scenarios", "nri_v2.py")
 SHARED, EXCLUSIVE, MIXED = "0-1", "2-3", "0-3"
+MOVE_FROM, MOVE_TO = "2", "3"  # X and Y: one exclusive CPU each beside the shared two
+ON_X, ON_Y = "0-2", "0-1,3"
 PERIOD, QUOTA, POD_QUOTA = 100000, 200000, 300000
 RAISED, POD_RAISED = QUOTA + 2 * PERIOD, POD_QUOTA + 2 * PERIOD
 VM_TIMEOUT = 900  # a cap; ~3 min on an idle 2-CPU host
@@ -40,7 +49,7 @@ INPUT = {
     "integration_dir": HERE,
     "base_dir": "/run/mch-nri",  # tmpfs in the VM (its /tmp is an overlay: no overlayfs upper there)
     "top": "/mch-nri-v2",
-    "shared": SHARED, "exclusive": EXCLUSIVE, "mixed": MIXED,
+    "shared": SHARED, "exclusive": EXCLUSIVE, "mixed": MIXED, "move_from": MOVE_FROM, "move_to": MOVE_TO,
     "quota": QUOTA, "pod_quota": POD_QUOTA, "period": PERIOD,
     "request_timeout": "60s",  # NRI's per-request timeout: a Python plugin under emulation needs more than 2 s
     "reconcile_interval": 5.0,  # the plugin's periodic reconcile (default 10 s), exercised after the rewrites
@@ -152,3 +161,49 @@ def test_stop_remove_and_failure_policy_on_v2(run):
     s = run.step("fail_policy")
     assert s["error"] and "value 'yes' is not 'enable'" in s["error"], show(s)
     assert s["pod_quota"] == POD_QUOTA and s["plugin_running"] is True, show(s)
+
+
+def test_stale_checkpoint_kubelet_update_answered_with_the_new_set_on_v2(run):
+    """The checkpoint moves a running mixed container from X to Y: kubelet's update (its CPU
+    manager's: the cpuset only) is answered Y + shared from the checkpoint as it is now."""
+    s = run.step("stale_checkpoint")
+    assert s["created"] == {"cpus": ON_X, "effective": ON_X, "quota": 100000 + 2 * PERIOD,
+                            "pod_quota": POD_QUOTA + 2 * PERIOD}, show(s)
+    assert s["inside"]["Cpus_allowed_list"] == ON_X and s["inside"]["OPENSHIFT_ISOLATED_CPUS"] == MOVE_FROM, show(s)
+    s = run.step("checkpoint_move")
+    assert s["rewrite"]["cpus_events"] >= 1, show(s)
+    assert s["rewrite"]["cpus_seen"] == sorted([ON_X, ON_Y]), show(s)  # never Y alone, nothing else
+    assert (s["after"]["cpus"], s["after"]["effective"]) == (ON_Y, ON_Y), show(s)
+    assert s["inside"]["Cpus_allowed_list"] == ON_Y, show(s)
+    assert s["record"]["exclusive"] == MOVE_TO, show(s["record"])
+
+
+def test_stale_checkpoint_resize_without_cpuset_follows_the_checkpoint_on_v2(run):
+    """Moved back to X; kubelet's resize carries no cpuset: answered X + shared (the checkpoint
+    now), never the recorded Y + shared; the new quota raised by the shared CPUs' share."""
+    s = run.step("checkpoint_resize")
+    assert s["rewrite"]["cpus_seen"] == sorted([ON_X, ON_Y]), show(s)
+    assert s["rewrite"]["quota_seen"][-1:] == [f"{200000 + 2 * PERIOD} {PERIOD}"], show(s)
+    assert (s["after"]["cpus"], s["after"]["effective"]) == (ON_X, ON_X), show(s)
+    assert s["after"]["quota"] == 200000 + 2 * PERIOD, show(s)
+    assert s["inside"]["Cpus_allowed_list"] == ON_X, show(s)
+    assert s["record"]["exclusive"] == MOVE_FROM, show(s["record"])
+
+
+def test_stale_checkpoint_create_reply_moves_the_other_container_off_its_old_cpus_on_v2(run):
+    """The checkpoint moves the first container to Y and gives X to a new one, which kubelet
+    creates before the first one's update: the CreateContainer reply carries the first one's
+    update (no periodic reconcile runs, kubelet sent nothing for it), so when CreateContainer
+    returns, before the new container starts, X is free."""
+    s = run.step("checkpoint_create")
+    assert s["first_when_created"]["cpus"] == ON_Y, show(s)
+    assert s["first_seen"] == sorted([ON_X, ON_Y]), show(s)
+    assert (s["first"]["cpus"], s["first"]["effective"]) == (ON_Y, ON_Y), show(s)
+    assert s["first_inside"]["Cpus_allowed_list"] == ON_Y, show(s)
+    assert (s["new"]["cpus"], s["new"]["effective"]) == (ON_X, ON_X), show(s)
+    assert s["new_inside"] == {"Cpus_allowed_list": ON_X, "OPENSHIFT_ISOLATED_CPUS": MOVE_FROM,
+                               "OPENSHIFT_SHARED_CPUS": SHARED}, show(s)
+    assert sorted(s["records"]) == sorted([run.step("stale_checkpoint")["cid"], s["cid2"]]), show(s)
+    s = run.step("checkpoint_update_after")  # kubelet's update for the first one comes after all
+    assert s["rewrite"]["cpus_seen"] == [ON_Y], show(s)
+    assert (s["first"]["cpus"], s["new"]["cpus"]) == (ON_Y, ON_X), show(s)

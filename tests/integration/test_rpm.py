@@ -366,7 +366,7 @@ def test_make_install_for_the_system_python3(tmp_path: Path) -> None:
                 "PREFIX=/usr"], timeout=MAKE_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     site = system_site("/usr")
-    assert site and (dest / site.lstrip("/") / "mixed_cpus_hook" / "fastpath.py").is_file(), site
+    assert site and (dest / site.lstrip("/") / "mixed_cpus_hook/frontends/hook/fastpath.py").is_file(), site
     assert (dest / "usr/bin" / NAME).read_text().splitlines()[0] == f"#!{SYSTEM_PYTHON} -I"
     for unit in (dest / "usr/lib/systemd/system").glob("*.service"):
         for line in unit.read_text().splitlines():
@@ -376,9 +376,10 @@ def test_make_install_for_the_system_python3(tmp_path: Path) -> None:
     leaks = [str(p) for p in dest.rglob("*") if p.is_file() and not p.suffix == ".pyc"
              and build_prefix.encode() in p.read_bytes()]
     assert not leaks, f"the build interpreter's {build_prefix} in {leaks}"
-    pycache = dest / site.lstrip("/") / "mixed_cpus_hook" / "__pycache__"
+    package = dest / site.lstrip("/") / "mixed_cpus_hook"
     tag = run([SYSTEM_PYTHON, "-c", "import sys; print(sys.implementation.cache_tag)"]).stdout.strip()
-    assert {p.name.split(".")[1] for p in pycache.glob("*.pyc")} == {tag}, "bytecode is for the target's python3"
+    assert {p.name.split(".")[1] for p in package.rglob("__pycache__/*.pyc")} == {tag}, "bytecode is for the target's python3"
+    assert (package / "frontends/hook/__pycache__" / f"fastpath.{tag}.pyc").is_file(), "the hook path is compiled"
 
 
 def test_make_uninstall_removes_exactly_what_install_laid_down(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from mixed_cpus_hook.core.cgroup import Dirs, Layout, Quota
 from mixed_cpus_hook.core.cpuset import parse_cpulist
 from mixed_cpus_hook.core.desired import Desired, compute_exclusive, compute_pod_quota
 from mixed_cpus_hook.core.plan import Observed, Write, compute_plan, compute_release, describe
-from mixed_cpus_hook.core.quota import MCPU, QuotaState, compute_quota, compute_quota_hint
+from mixed_cpus_hook.core.quota import MCPU, QuotaState, compute_in_flight, compute_quota, compute_quota_hint
 
 V1 = Layout(1, "/cg", "/cg/cpuset", "/cg/cpu,cpuacct")
 V2 = Layout(2, "/cg", "/cg", "/cg")
@@ -155,6 +155,30 @@ def test_compute_quota_hint(prev: Optional[QuotaState], prev_excl: Optional[str]
 @pytest.mark.parametrize("current,prev,extra,expected", QUOTAS)
 def test_compute_quota(current: Quota, prev: Optional[QuotaState], extra: int, expected: QuotaState) -> None:
     assert compute_quota(current, prev, extra * MCPU) == expected
+
+
+@pytest.mark.parametrize("q,replaced,expected", [
+    # resized down: the answer 400000 is in flight, the file still holds the last answer 500000
+    (QuotaState(200000, 400000, 100000, (400000,)), QuotaState(300000, 500000, 100000, (500000,)),
+     QuotaState(200000, 400000, 100000, (400000, 500000))),
+    # the same answer again: nothing to add
+    (QuotaState(200000, 400000, 100000, (400000,)), QuotaState(200000, 400000, 100000, (400000,)),
+     QuotaState(200000, 400000, 100000, (400000,))),
+    # another period: the old value is not read as ours anyway (is_ours checks the period)
+    (QuotaState(20000, 40000, 10000, (40000,)), QuotaState(300000, 500000, 100000, (500000,)),
+     QuotaState(20000, 40000, 10000, (40000,))),
+    # unlimited, before or now: nothing is ours
+    (QuotaState(None, None, 100000), QuotaState(300000, 500000, 100000, (500000,)), QuotaState(None, None, 100000)),
+    (QuotaState(200000, 400000, 100000, (400000,)), QuotaState(None, None, 100000),
+     QuotaState(200000, 400000, 100000, (400000,))),
+    (QuotaState(200000, 400000, 100000, (400000,)), None, QuotaState(200000, 400000, 100000, (400000,))),
+])
+def test_compute_in_flight(q: QuotaState, replaced: Optional[QuotaState], expected: QuotaState) -> None:
+    assert compute_in_flight(q, replaced) == expected
+    # a file still holding the replaced value keeps the base: nothing added twice
+    if replaced is not None and replaced.applied is not None and expected.ours != q.ours:
+        again = compute_quota(Quota(replaced.applied, replaced.period), expected, 2 * MCPU)
+        assert (again.base, again.applied) == (q.base, q.applied)
 
 
 def test_compute_quota_is_idempotent() -> None:

@@ -71,6 +71,16 @@ def compute_quota(current: Quota, prev: Optional[QuotaState], share_mcpu: int,
     return QuotaState(base, applied, current.period, ours)
 
 
+def compute_in_flight(q: Optional[QuotaState], replaced: Optional[QuotaState]) -> Optional[QuotaState]:
+    """``q`` as an NRI answer, which the runtime writes after the reply: until it does, the file
+    still holds the value answered before (``replaced.applied``), which stays ours, so that a
+    reconcile reading the file meanwhile keeps the base instead of adding the share on top of it."""
+    if (q is None or replaced is None or q.applied is None or replaced.applied is None
+            or replaced.period != q.period or replaced.applied in q.ours):
+        return q
+    return q._replace(ours=q.ours + (replaced.applied,))
+
+
 def compute_quota_hint(prev_quota: Optional[QuotaState], prev_exclusive: Optional[FrozenSet[int]],
                        exclusive: FrozenSet[int], period: int) -> Optional[int]:
     """The quota kubelet would write for ``exclusive``, when kubelet's quota follows the CPU count.

@@ -24,7 +24,7 @@ from ..core.desired import Desired, Kubelet, compute_desired
 from ..core.errors import CgroupError, HookError, PolicyError
 from ..core.model import Adjustment, Answer, ContainerRecord, Identity, Outcome, PodRecord, Update, compute_adjustment
 from ..core.plan import Write, compute_pod_write, describe
-from ..core.quota import compute_settled, format_quota_value
+from ..core.quota import compute_in_flight, compute_settled, format_quota_value
 from ..node import cgroupfs as cg
 from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
@@ -174,6 +174,8 @@ class NriEngine:
         desired = compute_desired(now, node.shared, prev, node.share_mcpu)
         if not desired.mixed:
             return desired, None
+        if prev is not None:  # the runtime writes the answer after the reply: the last one stays ours
+            desired = desired._replace(quota=compute_in_flight(desired.quota, prev.quota))
         where = f"container {cid}"
         if now.assigned is None and (prev is None or desired.exclusive != prev.exclusive):
             require_free(self.state_dir, cid, desired.exclusive, where)

@@ -14,11 +14,18 @@ Steps: env, containerd, plugin, create (app mixed + env; sibling untouched), upd
 cpuset rewrite twice and a resize, watched), plugin_kill (an update while no plugin runs reaches
 the cgroup), plugin_restart (resync back to mixed, pod raised once), containerd_restart (the
 plugin reconnects, a new container is mixed), stop_remove (the pod's share back), fail_policy
-(a bad annotation fails CreateContainer).
+(a bad annotation fails CreateContainer), then issue 14's stale checkpoint (``stale_checkpoint``):
+a plugin that reads kubelet's checkpoint, no periodic reconcile (only an event can move a
+container): ``checkpoint_move`` (the checkpoint moves a running mixed container from X to Y;
+kubelet's cpuset-only update is answered Y + shared), ``checkpoint_resize`` (moved back to X; a
+resize that carries no cpuset is answered X + shared), ``checkpoint_create`` (moved to Y again
+and X given to a new container, created before the first one's update comes: the CreateContainer
+reply moves the first one off X), ``checkpoint_update_after``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -51,6 +58,79 @@ def remove_cgroups(top: str) -> list:
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         roots = [line.split(" ")[4] for line in f if line.split(" - ")[1].split()[0] in ("cgroup", "cgroup2")]
     return [problem for root in roots for problem in v2_lifecycle.rmdir_tree(root + top)]
+
+
+Phase = collections.namedtuple("Phase", "kube plugin watched records res inp")
+
+
+def write_checkpoint(path: str, entries: dict, online: str) -> None:
+    """kubelet's CPU manager checkpoint (V2, kubelet's checksum), replaced by rename as kubelet does."""
+    from mixed_cpus_hook.testing.fakenode import format_checkpoint  # noqa: PLC0415 (the venv's package)
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(format_checkpoint(entries, online=online))
+    os.replace(path + ".tmp", path)
+
+
+def stale_checkpoint(ph: Phase, online: str) -> None:
+    """Issue 14, "Fresh facts": kubelet's checkpoint moves a running mixed container; every answer
+    follows the checkpoint as it is at that event, never the one the plugin read before.
+
+    The plugin runs without its periodic reconcile (``--reconcile-interval 0``): a cgroup value
+    that changes here is the runtime writing an NRI answer. Exclusive sets X and Y beside the
+    shared CPUs; quota 100000 for one exclusive CPU.
+    """
+    from cri_kube import Watcher  # noqa: PLC0415 (the harness; main put its directory on sys.path)
+
+    kube, inp, res = ph.kube, ph.inp, ph.res
+    x, y, period = inp["move_from"], inp["move_to"], inp["period"]
+    ckpt = os.path.join(inp["base_dir"], "kubelet", "cpu_manager_state")
+    pod = kube.pod(name="mv", quota=inp["pod_quota"])
+    write_checkpoint(ckpt, {pod.uid: {"app": x}}, online)
+    p = ph.plugin(checkpoint=ckpt, reconcile_interval=0)
+    cid = kube.container(pod, "app", cpus=x, quota=100000, period=period)
+    created = kube.values(pod, cid)
+    res.step("stale_checkpoint", seconds=p.started_in, cid=cid, created=created, inside=kube.inside(cid),
+             records=ph.records())
+
+    # kubelet restarts (or resizes) and moves the container: X -> Y; the CPU manager's update
+    # carries the cpuset only
+    write_checkpoint(ckpt, {pod.uid: {"app": y}}, online)
+    w = ph.watched(pod, cid, [{"cpus": y}])
+    res.step("checkpoint_move", rewrite=w, after=kube.values(pod, cid), inside=kube.inside(cid),
+             record=read_record(inp, cid), plugin_log=p.log()[-3000:])
+
+    # moved back to X; kubelet's next update is a resize (kubelet's resize carries no cpuset)
+    write_checkpoint(ckpt, {pod.uid: {"app": x}}, online)
+    w = ph.watched(pod, cid, [{"cpus": "", "quota": 200000, "period": period}])
+    res.step("checkpoint_resize", rewrite=w, after=kube.values(pod, cid), inside=kube.inside(cid),
+             record=read_record(inp, cid))
+
+    # moved to Y again and X handed to a new pod's container, which kubelet creates before the
+    # first one's update comes: the CreateContainer reply carries the first one's move
+    pod2 = kube.pod(name="mv2", quota=inp["pod_quota"])
+    write_checkpoint(ckpt, {pod.uid: {"app": y}, pod2.uid: {"app": x}}, online)
+    with Watcher(kube.cgroup(pod, cid, "cpuset") + "/cpuset.cpus", pause=0.001) as wa:
+        cid2 = kube.container(pod2, "app", cpus=x, quota=100000, period=period, start=False)
+        first_when_created = kube.values(pod, cid)  # CreateContainer returned; the new one not started
+        kube.cri.start(cid2)
+    res.step("checkpoint_create", cid2=cid2, first_seen=sorted(wa.values()), first_when_created=first_when_created,
+             first=kube.values(pod, cid), first_inside=kube.inside(cid), new=kube.values(pod2, cid2),
+             new_inside=kube.inside(cid2), records=ph.records(), plugin_log=p.log()[-3000:])
+
+    # the first one's update arrives after all: nothing moves
+    w = ph.watched(pod, cid, [{"cpus": y}])
+    res.step("checkpoint_update_after", rewrite=w, first=kube.values(pod, cid), new=kube.values(pod2, cid2))
+
+
+def read_record(inp: dict, cid: str) -> dict:
+    path = os.path.join(inp["base_dir"], "state", "containers", cid + ".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
 
 
 def main(argv) -> int:
@@ -93,14 +173,15 @@ def main(argv) -> int:
         kube.exec_timeout = inp["exec_timeout"]
         state = os.path.join(base, "state")
 
-        def plugin(policy: str = "fail") -> Plugin:
+        def plugin(policy: str = "fail", checkpoint: str = "", reconcile_interval=None) -> Plugin:
             path = os.path.join(base, f"nri-{len(plugins)}.yaml")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(f'shared_cpus: "{shared}"\nstate_dir: {state}\nfailure_policy: {policy}\n'
-                        f"allowed_namespaces: [mixed-ns]\nkubelet_state_file: {base}/none/cpu_manager_state\n")
+                        "allowed_namespaces: [mixed-ns]\n"
+                        f"kubelet_state_file: {checkpoint or base + '/none/cpu_manager_state'}\n")
             p = Plugin(path, ctd.nri_sock, os.path.join(base, f"plugin-{len(plugins)}.log"), ctd,
                        env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(base, "cache")},
-                       reconcile_interval=inp["reconcile_interval"])
+                       reconcile_interval=inp["reconcile_interval"] if reconcile_interval is None else reconcile_interval)
             p.ready_timeout = inp["plugin_timeout"]
             plugins.append(p)
             t = time.monotonic()
@@ -176,6 +257,9 @@ def main(argv) -> int:
         except CriError as exc:
             error = exc.details
         res.step("fail_policy", error=error, pod_quota=pod3.quota(), plugin_running=p.running())
+
+        p.stop()
+        stale_checkpoint(Phase(kube, plugin, watched, records, res, inp), online)
         res.doc["done"] = True
     except Exception:
         res.doc["error"] = traceback.format_exc()

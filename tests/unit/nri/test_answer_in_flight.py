@@ -1,0 +1,62 @@
+"""An NRI answer is in flight until the runtime writes it: the plugin's own reconcile must not take
+the value the runtime is about to replace for kubelet's.
+
+Seen on containerd 1.7 in the v2 VM (test_nri_v2_vm.py, under load): kubelet resized a mixed
+container back (quota 300000 -> 200000); the plugin answered 400000 and saved it, and its periodic
+reconcile ran before runc wrote the answer. The file still held the previous answer, 500000, which
+the new record no longer listed as ours: taken for kubelet's new base, the share went on top
+(700000), then runc wrote 400000, and the next Synchronize (the plugin restarted) took that for a
+new base too: 600000 for a container whose base is 200000. The value being replaced stays ours
+until the file is seen to hold the new one (as for the pod's quota, nri.py's module docstring).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mixed_cpus_hook.frontends.nri.handlers import Handlers
+from mixed_cpus_hook.frontends.nri.wire import api
+from mixed_cpus_hook.node.config import load_config
+
+from .peer import create_request, pod_and_container
+
+APP = "a1" * 32
+
+
+def update(cid: str, cpus: str, quota: int, period: int = 100000) -> Any:
+    req = api.UpdateContainerRequest(container=api.Container(id=cid))
+    req.linux_resources.cpu.cpus = cpus
+    req.linux_resources.cpu.quota.value = quota
+    req.linux_resources.cpu.period.value = period
+    return req
+
+
+@pytest.mark.parametrize("late", ["resize-down", "resize-up"])
+def test_reconcile_before_the_runtime_writes_the_answer_adds_nothing(node: Any, reporter: Any, late: str) -> None:
+    h = Handlers(load_config(node.config_path), reporter.reporter)
+    paths = node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    rel = paths["rel"]
+    resp = h.create_container(create_request(APP, quota=200000))
+    assert resp.adjust.linux.resources.cpu.quota.value == 400000
+    node.set_quota(rel, 400000)  # the runtime wrote the answer
+    first, second = (300000, 200000) if late == "resize-down" else (200000, 300000)
+    for base in (first, second):
+        resp = h.update_container(update(APP, "2-3", base))
+        assert [(u.container_id, u.linux.resources.cpu.quota.value) for u in resp.update] == [(APP, base + 200000)]
+        if base == second:
+            break
+        node.set_quota(rel, base + 200000)
+    # the last answer is not written yet when the plugin's periodic reconcile runs
+    h.reconcile()
+    node.set_quota(rel, second + 200000)  # now the runtime writes it
+    h.reconcile()
+    assert node.quota(rel) == str(second + 200000)
+    rec = node.records("containers")[APP]["quota"]
+    assert (rec["base"], rec["applied"]) == (second, second + 200000), rec
+    # the plugin restarts: Synchronize reports what the runtime holds
+    pod, ctr = pod_and_container(APP, cpus="0-3", quota=second + 200000)
+    resp = h.synchronize(api.SynchronizeRequest(pods=[pod], containers=[ctr]))
+    assert [(u.container_id, u.linux.resources.cpu.quota.value) for u in resp.update] == [(APP, second + 200000)]
+    assert node.records("containers")[APP]["quota"]["base"] == second
