@@ -119,7 +119,7 @@ def measure(pod: Pod, state_base: str, ask: bool) -> Dict[str, List[int]]:
         with open(config, "w", encoding="utf-8") as f:
             f.write(f'shared_cpus: "0"\nstate_dir: {state}/state\ncgroup_root: {CG}\nfailure_policy: fail\n'
                     f'allowed_namespaces: ["perf"]\nkubelet_state_file: {state}/none/cpu_manager_state\n')
-        handlers = Handlers(load_config(config), Reporter(stream=io.StringIO(), sink=None))
+        handlers = Handlers(load_config(config, cache_dir=os.path.join(state, "cache")), Reporter(stream=io.StringIO(), sink=None))
         calls = (("CreateContainer", handlers.create_container), ("UpdateContainer", handlers.update_container),
                  ("StopContainer", handlers.stop_container))
         read = api.READ

@@ -99,7 +99,7 @@ class StubSystemd:
 def build(root: str, n: int):
     node = FakeNode(root, version=1, online="0-7")
     config_path = node.write_config(shared=SHARED)
-    config = load_config(config_path)
+    config = load_config(config_path, cache_dir=os.path.join(root, "cache"))  # never the node's /run
     rep = Reporter(sink=None)
     ids = []
     for i in range(n):
