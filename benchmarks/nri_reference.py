@@ -17,6 +17,18 @@ could not run (not there, no root).
 
     .venv/bin/python benchmarks/nri_reference.py              # one run, about 1 minute once set up
     .venv/bin/python benchmarks/nri_reference.py --runs 5     # five, and the medians
+    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor   # what `make bench-nri` runs
+
+``--tmpfs`` runs the tool with TMPDIR=/dev/shm: every configuration's directories (containerd's
+roots, the plugin's state directory) on tmpfs, as the plugin's state is on a node (/run). Without
+it they are on the disk that holds /tmp, where each record the plugin renames into place costs
+ext4 a flush of its data (auto_da_alloc: about 200 us more per save on this machine).
+
+``--floor`` adds one run in which no container asks (the plugin's configuration gets an
+``annotation_prefix`` no pod uses, through the tool's NRI_REFERENCE_WRAP): the plugin then answers
+every event without deciding anything, so its ratios to the Go plugin (which still does the work)
+are the cost of the plugin's framework alone: ttrpc, protobuf, the event loop, the interpreter.
+That run's verification problems are expected (nothing is mixed) and its ratios are not goals.
 """
 
 from __future__ import annotations
@@ -27,7 +39,8 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import Dict, List
+import tempfile
+from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,10 +87,38 @@ def read_ratios(result: Dict) -> Dict[str, float]:
     return out
 
 
+# NRI_REFERENCE_WRAP's command for --floor: the tool calls it as `WRAP KEY ARGV...`; for our plugin
+# ARGV is `mixed-cpus-hook --config FILE nri --socket PATH` (the tool's kit/perfanchor.py).
+FLOOR_WRAP = """#!/bin/sh
+key=$1; shift
+case "$1" in
+  *mixed-cpus-hook) [ "$2" = --config ] && echo 'annotation_prefix: floor.invalid' >> "$3" ;;
+esac
+exec "$@"
+"""
+
+
+def run_tool(tool: str, env: Dict[str, str]) -> Optional[Dict]:
+    """One run of the tool: its result.json and table.txt, or None (printed why) when it could not run."""
+    done = subprocess.run([tool], env=env, capture_output=True, text=True, check=False)
+    result_path = os.path.join(HOME, "out", "result.json")
+    if not os.path.exists(os.path.join(HOME, "out", "table.txt")) or "cannot run" in done.stdout:
+        print(done.stdout[-2000:] + done.stderr[-2000:])
+        return None
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    with open(os.path.join(HOME, "out", "table.txt"), encoding="utf-8") as f:
+        table = f.read()
+    load = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    return {"result": result, "table": table, "load": load}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1, help="comparisons to run (each about 1 minute)")
     ap.add_argument("--tool", default=DEFAULT_TOOL, help="the reference tool's run script (default: %(default)s)")
+    ap.add_argument("--tmpfs", action="store_true", help="TMPDIR=/dev/shm for the tool (the plugin's state on tmpfs, as /run)")
+    ap.add_argument("--floor", action="store_true", help="one more run in which no container asks: the framework's cost")
     args = ap.parse_args()
     if not os.access(args.tool, os.X_OK):
         print(f"nri_reference: no reference tool at {args.tool} (this machine kind's ../shared/tools): not run")
@@ -86,25 +127,22 @@ def main() -> int:
         print("nri_reference: the reference tool runs containerd: needs root")
         return 2
     env = dict(os.environ, PROJECT=REPO)
+    if args.tmpfs:
+        env["TMPDIR"] = "/dev/shm"
     per_run: List[Dict[str, float]] = []
     table = ""
     for n in range(1, args.runs + 1):
-        done = subprocess.run([args.tool], env=env, capture_output=True, text=True, check=False)
-        result_path = os.path.join(HOME, "out", "result.json")
-        if not os.path.exists(os.path.join(HOME, "out", "table.txt")) or "cannot run" in done.stdout:
-            print(done.stdout[-2000:] + done.stderr[-2000:])
+        run = run_tool(args.tool, env)
+        if run is None:
             return 2
-        with open(result_path, encoding="utf-8") as f:
-            result = json.load(f)
-        with open(os.path.join(HOME, "out", "table.txt"), encoding="utf-8") as f:
-            table = f.read()
+        table = run["table"]
         try:
-            ratios = read_ratios(result)
+            ratios = read_ratios(run["result"])
         except (KeyError, TypeError, ZeroDivisionError) as exc:
             print(f"nri_reference: result.json not as expected ({exc!r}): ratios not computed")
             ratios = {}
         per_run.append(ratios)
-        load = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        load = run["load"]
         print(f"run {n}: " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items()) + (f"\n  {load}" if load else ""))
     print()
     print(table)
@@ -113,6 +151,23 @@ def main() -> int:
         for key, label in LABELS.items():
             med = statistics.median(r[key] for r in per_run)
             print(f"  {label:36} {med:5.2f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
+    if args.floor:
+        with tempfile.TemporaryDirectory(prefix="nri-reference-floor-") as tmp:
+            wrap = os.path.join(tmp, "floor-wrap.sh")
+            with open(wrap, "w", encoding="utf-8") as f:
+                f.write(FLOOR_WRAP)
+            os.chmod(wrap, 0o755)
+            run = run_tool(args.tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
+        if run is None:
+            return 2
+        try:
+            floor = read_ratios(run["result"])
+        except (KeyError, TypeError, ZeroDivisionError) as exc:
+            print(f"nri_reference: the floor run's result.json not as expected ({exc!r})")
+            return 2
+        print("\nthe floor: one run in which no container asks (the plugin decides nothing; the Go plugin still works):")
+        for key in ("create", "update", "stop", "cpu"):
+            print(f"  {LABELS[key]:36} {floor[key]:5.2f}")
     return 0
 
 
