@@ -9,7 +9,10 @@
    the reply carries an update for each of the N), its StartContainer (the plugin reads the N cgroups back)
    and its StopContainer (the claim back: N updates again), each timed from send to answer (p50, p99,
    max), with the size of the CreateContainer reply in bytes. NRI gives a plugin 2 s per request; the goal
-   is p99 <= 100 ms at 1000.
+   is p99 <= 100 ms at 1000. Each claim's CDI spec is written before its CreateContainer and removed after
+   its removal, as the driver's prepare and unprepare do (a claim counts only when a spec holds it:
+   core.cdi); ``--cdi-specs K`` puts K other claims' specs in the spec directory first (other prepared
+   claims on the node: the plugin lists the directory and stats each spec at every claimant's request).
 2. **The full CRI round trip** on a real containerd (``--cri-sizes``, default 10, 100; root, cgroup v1,
    2 CPUs, the integration tests' harness: tests/integration/containerd.py, pool_kube.py): N running
    standard containers (50 per pod: containerd's runc shim serves one pod), the plugin connected, then
@@ -24,6 +27,7 @@ Prints the figures and exits 0 (``--skip-cri`` for the plugin part alone, which 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -58,8 +62,11 @@ CLAIMED = "15"
 class PluginBench:
     """The plugin process on a fake node, and this script as its runtime."""
 
-    def __init__(self, root: str, python: str) -> None:
+    def __init__(self, root: str, python: str, cdi_specs: int = 0) -> None:
         self.node = FakeNode(os.path.join(root, "node"), version=1, online=ONLINE)
+        self.specs: List[str] = []
+        for _ in range(cdi_specs):  # other claims prepared on the node (specs the plugin stats at each claim)
+            self.node.write_cdi_claim(str(uuid.uuid4()), CLAIMED)
         self.config = self.node.write_config("0", {"shared_cpus": "pool", "exclusive_source": "dra",
                                                    "failure_policy": "fail", "allowed_namespaces": ["*"]})
         sock_path = os.path.join(root, "nri.sock")
@@ -80,6 +87,8 @@ class PluginBench:
 
     def request(self, cid: str, pod_uid: str, claims: Tuple[str, ...] = ()) -> Tuple[object, object]:
         pod, ctr = pod_and_container(cid, name="c", pod_uid=pod_uid, cpus="", quota=None, ask=None, namespace="bench")
+        for uid in claims:  # the driver's prepare: the spec that vouches for the variable (core.cdi)
+            self.specs.append(self.node.write_cdi_claim(uid, CLAIMED))
         ctr.env.extend(["PATH=/bin"] + [f"DRA_CPUSET_{uid}={CLAIMED}" for uid in claims])
         ctr.linux.resources.cpu.shares.value = 2
         self.node.mkdir(container_rel("cgroupfs", pod_uid, cid), ONLINE)
@@ -110,6 +119,8 @@ class PluginBench:
         out["StopContainer"] = self.timed("StopContainer", api.StopContainerRequest(container=api.Container(id=cid)))
         self.timed("StateChange", api.StateChangeEvent(event=api.EVENTS["REMOVE_CONTAINER"],
                                                       container=api.Container(id=cid)))
+        while self.specs:  # the driver's unprepare
+            os.unlink(self.specs.pop())
         return out
 
     def close(self) -> None:
@@ -118,15 +129,16 @@ class PluginBench:
         self.proc.wait(30)
 
 
-def bench_plugin(sizes: List[int], rounds: int, python: str) -> None:
+def bench_plugin(sizes: List[int], rounds: int, python: str, cdi_specs: int = 0) -> None:
     print(f"1. the plugin's answers (real process {python} -m mixed_cpus_hook nri, unix socket, fake cgroup v1 node "
-          f"on tmpfs, {ONLINE} online; a claim of CPU {CLAIMED} per round, {rounds} rounds)")
+          f"on tmpfs, {ONLINE} online; a claim of CPU {CLAIMED} per round, {rounds} rounds; {cdi_specs} other "
+          "claims' CDI specs)")
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     populated = 0
     root = tempfile.mkdtemp(prefix="nri-pool-bench-", dir=base)
     bench = None
     try:
-        bench = PluginBench(root, python)
+        bench = PluginBench(root, python, cdi_specs)
         for size in sorted(sizes):
             bench.populate(size - populated)
             populated = size
@@ -169,7 +181,7 @@ def bench_cri(sizes: List[int], rounds: int, version: str) -> None:
             config = os.path.join(tmp, "config.yaml")
             with open(config, "w", encoding="utf-8") as f:
                 f.write(f"shared_cpus: pool\nexclusive_source: dra\nstate_dir: {tmp}/state\nfailure_policy: fail\n"
-                        f"kubelet_state_file: {tmp}/none\n")
+                        f"kubelet_state_file: {tmp}/none\ncdi_spec_dirs: [{json.dumps(ctd.cdi_dir)}]\n")
             plugin = Plugin(config, ctd.nri_sock, os.path.join(tmp, "plugin.log"), ctd,
                             env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(tmp, "cache")})
             plugin.start()
@@ -232,8 +244,9 @@ def main() -> int:
     ap.add_argument("--containerd", default="1.7", choices=("1.7", "2.1"))
     ap.add_argument("--skip-cri", action="store_true")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--cdi-specs", type=int, default=0, help="other claims' CDI specs in the spec directory")
     args = ap.parse_args()
-    bench_plugin([int(s) for s in args.sizes.split(",")], args.rounds, args.python)
+    bench_plugin([int(s) for s in args.sizes.split(",")], args.rounds, args.python, args.cdi_specs)
     if not args.skip_cri:
         if os.geteuid() != 0:
             print("2. the CRI round trip needs root (it runs containerd): skipped")

@@ -92,7 +92,8 @@ class Node(FakeNode):
             return self.config_path
         doc: Dict[str, Any] = {"shared_cpus_file": self.shared_file, "cgroup_root": self.cgroup_root,
                                "state_dir": self.state_dir, "proc_root": self.proc_root, "sys_root": self.sys_root,
-                               "kubelet_state_file": self.kubelet_state, "allowed_namespaces": ["ran"]}
+                               "kubelet_state_file": self.kubelet_state, "cdi_spec_dirs": list(self.cdi_dirs),
+                               "allowed_namespaces": ["ran"]}
         doc.update(extra)
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write("".join(f"{k}: {json.dumps(v)}\n" for k, v in doc.items()))

@@ -129,13 +129,14 @@ class PoolKube:
         return self.kube.pod(name=name, namespace=namespace, quota=quota, asks=asks)
 
     def container(self, pod, name: str, claims: Iterable[Claim] = (), shares: int = MIN_SHARES, start: bool = True,
-                  cpus: str = "", quota: int = 0, command: Optional[List[str]] = None) -> str:
+                  cpus: str = "", quota: int = 0, command: Optional[List[str]] = None,
+                  envs: Optional[Dict[str, str]] = None) -> str:
         """CreateContainer (and StartContainer) as kubelet sends them; ``cpus``/``quota``: the static CPU
-        manager's values (none with the policy none)."""
+        manager's values (none with the policy none); ``envs``: the pod spec's own variables (CRI's envs)."""
         cri = self.kube.cri
         cid = cri.create(pod.id, pod.config, name, BUSYBOX_IMAGE, command or ["sleep", "3600"],
                          cri.resources(cpus, quota, PERIOD, shares=shares),
-                         annotations={"io.kubernetes.container.name": name},
+                         annotations={"io.kubernetes.container.name": name}, envs=envs,
                          cdi_devices=tuple(c.device for c in claims))
         if start:
             cri.start(cid)

@@ -88,8 +88,11 @@ class DeployWorld:
         self.configmaps = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ConfigMap"}
         self.kubelet_dir = os.path.join(node.tmp, "kubelet")
         os.makedirs(self.kubelet_dir)
+        self.cdi_dirs = {d: os.path.join(node.tmp, "cdi-" + d.strip("/").replace("/", "-"))
+                         for d in ("/etc/cdi", "/var/run/cdi")}  # DirectoryOrCreate: made by the template
         self.host_paths = {"/var/run/nri": ctd.dir, "/sys/fs/cgroup": "/sys/fs/cgroup",
-                           "/var/lib/kubelet": self.kubelet_dir, "/run/mixed-cpus-hook": node.state_dir}
+                           "/var/lib/kubelet": self.kubelet_dir, "/run/mixed-cpus-hook": node.state_dir,
+                           **self.cdi_dirs}
         self.entries: Dict[str, Dict[str, str]] = {}
         self.pods: List[TemplatePod] = []
         self.rro = int(ctd.version.split(".")[0]) >= 2  # containerd 2.x advertises recursive read-only mounts
@@ -221,9 +224,9 @@ def test_plugin_pod_runs_with_least_privilege_and_mixes_a_workload(deploy):
     # (/var/run is a link to /run in the image).
     mounts = mount_modes(plugin.pid())
     assert {p: mounts.get(p) for p in ("/", "/run/nri", "/var/lib/kubelet", "/sys/fs/cgroup",
-                                       "/run/mixed-cpus-hook", "/etc/mixed-cpus-hook")} == {
+                                       "/run/mixed-cpus-hook", "/etc/mixed-cpus-hook", "/etc/cdi", "/run/cdi")} == {
         "/": "ro", "/run/nri": "ro", "/var/lib/kubelet": "ro", "/sys/fs/cgroup": "rw",
-        "/run/mixed-cpus-hook": "rw", "/etc/mixed-cpus-hook": "ro"}, mounts
+        "/run/mixed-cpus-hook": "rw", "/etc/mixed-cpus-hook": "ro", "/etc/cdi": "ro", "/run/cdi": "ro"}, mounts
     # The pods' volumes under kubelet's dir: read-only where the runtime does recursive read-only
     # (containerd 2.x: recursiveReadOnly IfPossible); containerd 1.7 leaves the submount writable.
     assert mounts["/var/lib/kubelet/pods/p1/volumes/secret"] == ("ro" if deploy.rro else "rw"), mounts

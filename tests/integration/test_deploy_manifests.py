@@ -83,7 +83,8 @@ def test_daemonset_shape(rendered):
     assert mounts == {"/var/run/nri": ("/var/run/nri", True), "/sys/fs/cgroup": ("/sys/fs/cgroup", False),
                       "/var/lib/kubelet": ("/var/lib/kubelet", True),
                       "/run/mixed-cpus-hook": ("/run/mixed-cpus-hook", False),
-                      "/etc/mixed-cpus-hook": (None, True)}, mounts
+                      "/etc/mixed-cpus-hook": (None, True), "/etc/cdi": ("/etc/cdi", True),
+                      "/var/run/cdi": ("/var/run/cdi", True)}, mounts
     cm = volumes["config"]["configMap"]["name"]
     assert cm.startswith("mixed-cpus-hook-config-"), cm  # kustomize's content hash: a change rolls the pods
     find(rendered, "ConfigMap", cm)

@@ -10,6 +10,9 @@ manager is ``none`` (no cpuset in CRI; CPU shares 2 without a CPU request, 512 w
 The plugin runs with ``shared_cpus: pool`` and ``exclusive_source: dra`` and places every
 container; the pool is 0-1 less the claims.
 
+A ``DRA_CPUSET_`` variable the pod spec writes itself (CRI's envs, no CDI device) is no claim: no spec of
+the plugin's ``cdi_spec_dirs`` (containerd's own spec dir here) holds it, and the container is refused.
+
 Also here: which CDI spec versions each containerd accepts (the driver writes 0.8.0), and what
 NRI does when a second plugin sets the cpuset too (the CPU DRA driver's own NRI half beside this
 plugin): containerd/nri's result.go refuses the container ("plugins ... both tried to set CPU
@@ -23,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from typing import List
 
 import pytest
@@ -85,6 +89,7 @@ class PoolWorld(PoolKube):
                     "shared_cpus: pool\nexclusive_source: dra\n"
                     f"state_dir: {self.node.state_dir}\nfailure_policy: {failure_policy}\n"
                     "allowed_namespaces: [mixed-ns]\n"
+                    f"cdi_spec_dirs: [{json.dumps(self.ctd.cdi_dir)}]\n"  # where containerd reads them
                     f"kubelet_state_file: {self.node.tmp}/no-kubelet/cpu_manager_state\n{extra}")
         p = Plugin(path, self.ctd.nri_sock, os.path.join(self.node.tmp, f"plugin-{len(self.plugins)}.log"),
                    self.ctd, env={"MIXED_CPUS_HOOK_CACHE_DIR": self.node.cache_dir})
@@ -162,6 +167,49 @@ def test_claims_shrink_the_pool_before_the_claimant_starts(pool):
     assert plugin.running(), plugin.log()
 
 
+def test_a_claim_the_pod_spec_wrote_itself_is_refused(pool):
+    """The environment NRI sends holds the pod author's variables too (CRI ContainerConfig.envs): a
+    ``DRA_CPUSET_<uid>=1`` written there, with no CDI device, is in no CDI spec: under failure_policy fail
+    CreateContainer fails naming the variable and the spec dir, and no CPU leaves the pool (the standard
+    container stays on 0-1). A claim the driver prepared (its spec, the device named) still works; the same
+    claim with the pod spec setting its variable to other CPUs is refused (containerd sends the pod's entry)."""
+    plugin = pool.plugin()
+    std_pod = pool.pod("std")
+    std = pool.container(std_pod, "std")
+    forged_pod = pool.pod("forged")
+    uid = str(uuid.uuid4())
+    with pytest.raises(CriError) as err:
+        pool.container(forged_pod, "forged", envs={f"DRA_CPUSET_{uid}": "1"})
+    print(f"\n{pool.ctd.version}: {err.value.details}")
+    refusal = f"DRA_CPUSET_{uid} is not in any CDI spec under {pool.ctd.cdi_dir}: not the CPU DRA driver's claim"
+    assert refusal in err.value.details, err.value
+    assert wait_for(lambda: refusal in plugin.log(), True, SETTLE), plugin.log()  # logged once answered
+    assert (pool.cpus(std_pod, std), pool.allowed(std)) == ("0-1", "0-1")
+    assert pool.kube.cri.containers(forged_pod.id) == [], "the refused container was left behind"
+    # the driver's claim of the same CPU: placed, the standard container moved off it
+    claim = pool.claims.prepare("1")
+    cid = pool.container(forged_pod, "claimant", claims=(claim,))
+    assert (pool.cpus(forged_pod, cid), pool.cpus(std_pod, std), pool.allowed(std)) == ("1", "0", "0")
+    assert pool.inside(cid) == {"Cpus_allowed_list": "1", claim.env.split("=")[0]: "1"}
+    pool.release(cid)
+    assert wait_for(lambda: pool.cpus(std_pod, std), "0-1", SETTLE) == "0-1"
+    # the pod spec sets the claim's own variable to more CPUs, beside the claim's device: the environment
+    # containerd sends holds the pod's entry, which no spec holds: refused, nothing moved
+    name = claim.env.split("=")[0]
+    with pytest.raises(CriError) as err:
+        pool.container(forged_pod, "override", claims=(claim,), envs={name: "0-1"})
+    print(f"{pool.ctd.version}: {err.value.details}")
+    assert f"{name}=0-1 is not in any CDI spec under {pool.ctd.cdi_dir} (a spec holds {claim.env})" \
+        in err.value.details, err.value
+    assert (pool.cpus(std_pod, std), pool.allowed(std)) == ("0-1", "0-1")
+    pool.claims.unprepare(claim)
+    assert wait_for(lambda: pool.cpus(std_pod, std), "0-1", SETTLE) == "0-1"
+    # `check` sees the same directory as containerd's config, and the driver's spec gone
+    found = check_finding(pool, "cdi-specs")
+    assert found["status"] == "ok" and f"{pool.ctd.cdi_dir}: 0 spec file(s)" in found["message"], found
+    assert plugin.running(), plugin.log()
+
+
 class Blocker:
     """A child cgroup holding CPU 1 inside a container's cpuset cgroup (cgroup v1): its parent cannot
     shrink below it (EBUSY), so runc's update, and anybody's write, that takes CPU 1 away fails."""
@@ -204,7 +252,9 @@ def test_an_update_containerd_could_not_apply_is_redone_or_the_start_fails(pool)
     ctd_log = pool.ctd.log_since(mark)
     assert not_applied == "0-1", not_applied
     assert redone == "0", (redone, plugin.log())
-    assert "had not applied the update that took claimed CPUs from it" in plugin.log()
+    # the plugin logs a request's lines once its answer is sent: the line may come just after the start
+    assert wait_for(lambda: "had not applied the update that took claimed CPUs from it" in plugin.log(), True,
+                    SETTLE), plugin.log()
     pool.release(claimant)
     pool.claims.unprepare(claim)
     assert wait_for(lambda: pool.cpus(std_pod, std), "0-1", SETTLE) == "0-1"

@@ -37,6 +37,7 @@ GOOD = [
     pytest.param({"allowed_namespaces": ["ran-*", "du"]}, {"allowed_namespaces": ("ran-*", "du")},
                  id="namespaces-become-a-tuple"),
     pytest.param({"allowed_namespaces": []}, {"allowed_namespaces": ()}, id="no-namespace-allowed"),
+    pytest.param({"cdi_spec_dirs": ["/srv/cdi"]}, {"cdi_spec_dirs": ("/srv/cdi",)}, id="cdi-dirs-become-a-tuple"),
     pytest.param({"cgroup_root": "/x/cg", "state_dir": "/x/st", "proc_root": "/x/p", "sys_root": "/x/s"},
                  {"cgroup_root": "/x/cg", "state_dir": "/x/st", "proc_root": "/x/p", "sys_root": "/x/s"},
                  id="roots"),
@@ -88,6 +89,17 @@ MALFORMED = [
                  id="namespace-empty"),
     pytest.param({"allowed_namespaces": [3]}, "setting 'allowed_namespaces': 3 is not a non-empty string",
                  id="namespace-number"),
+    pytest.param({"cdi_spec_dirs": "/etc/cdi"}, "field 'cdi_spec_dirs' must be an array, not a string",
+                 id="cdi-dirs-string"),
+    pytest.param({"cdi_spec_dirs": []}, "setting 'cdi_spec_dirs' must list 1 to 16 directories, not 0",
+                 id="cdi-dirs-empty"),
+    pytest.param({"cdi_spec_dirs": ["/d"] * 17}, "setting 'cdi_spec_dirs' must list 1 to 16 directories, not 17",
+                 id="cdi-dirs-too-many"),
+    pytest.param({"cdi_spec_dirs": ["etc/cdi"]}, "setting 'cdi_spec_dirs': 'etc/cdi' is not an absolute path",
+                 id="cdi-dir-relative"),
+    pytest.param({"cdi_spec_dirs": [None]}, "setting 'cdi_spec_dirs': None is not an absolute path", id="cdi-dir-null"),
+    pytest.param({"cdi_spec_dirs": ["/a\0b"]}, "setting 'cdi_spec_dirs': '/a\\x00b' is not an absolute path",
+                 id="cdi-dir-nul"),
 ]
 
 

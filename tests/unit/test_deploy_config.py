@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mixed_cpus_hook import __version__
@@ -50,3 +51,29 @@ def test_image_tag_is_this_version() -> None:
     kustomization = yaml.safe_load((REPO / "deploy" / "base" / "kustomization.yaml").read_text())
     assert kustomization["images"] == [{"name": "mixed-cpus-hook", "newName": "localhost/mixed-cpus-hook",
                                         "newTag": __version__}]
+
+
+def _daemonset_mounts() -> dict:
+    """mountPath -> (the host path of its volume or None, readOnly) of the base DaemonSet's container."""
+    ds = yaml.safe_load((REPO / "deploy" / "base" / "daemonset.yaml").read_text())
+    spec = ds["spec"]["template"]["spec"]
+    [ctr] = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    return {m["mountPath"]: (volumes[m["name"]].get("hostPath", {}).get("path"), m.get("readOnly", False))
+            for m in ctr["volumeMounts"]}
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/containerd", "overlays/openshift"])
+def test_the_plugin_pod_sees_the_cdi_spec_dirs_read_only(overlay: str, tmp_path: Path) -> None:
+    """With exclusive_source dra a claim counts only when a CDI spec of cdi_spec_dirs holds it: the pod
+    mounts every directory its configuration names, read-only, at the host's path (the runtime's)."""
+    config = load_config(str(REPO / "deploy" / overlay / "config.yaml"), cache_dir=str(tmp_path))
+    mounts = _daemonset_mounts()
+    assert config.cdi_spec_dirs == ("/etc/cdi", "/var/run/cdi")
+    for d in config.cdi_spec_dirs:
+        assert mounts.get(d) == (d, True), (d, mounts)
+
+
+def test_only_the_cgroups_and_the_state_dir_are_writable() -> None:
+    writable = sorted(p for p, (_host, ro) in _daemonset_mounts().items() if not ro)
+    assert writable == ["/run/mixed-cpus-hook", "/sys/fs/cgroup"]

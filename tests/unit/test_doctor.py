@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -805,8 +806,12 @@ def pool_node(dn: DoctorNode, source: str = "dra", mode: str = "nri") -> None:
     dn.write_kubelet(**kubelet)
     if source == "dra":
         dn.write_state(entries={}, policy="none")
+        dn.node.write_cdi_claim(CLAIM_UID, "4-5")  # the CPU DRA driver's prepare of one claim
     else:
         dn.node.write_checkpoint({"0f1e2d3c-aaaa-bbbb-cccc-123456789abc": {"app": "4-5"}}, default="0-3,6-7")
+
+
+CLAIM_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 
 
 def pool_findings(dn: DoctorNode, **paths: Any) -> List[Finding]:
@@ -827,6 +832,12 @@ def test_pool_node_in_nri_mode(dnode: DoctorNode, source: str) -> None:
     assert by_check(findings, "nri-plugins").message.startswith("no other NRI plugin that pins CPUs (looked in ")
     if source == "dra":
         assert "DRA_CPUSET_<claim uid>" in by_check(findings, "exclusive-source").message
+        etc, run = dnode.node.cdi_dirs
+        assert by_check(findings, "cdi-specs").message == (
+            f"a claim counts only when a spec holds it; {etc}: does not exist; {run}: 1 spec file(s), 1 of the CPU "
+            "DRA driver (dra.k8s.io/cpu: 1 device(s), 1 claim(s))")
+    else:
+        assert "cdi-specs" not in [f.check for f in findings]  # the kubelet source reads no CDI spec
 
 
 def test_pool_is_refused_in_hook_mode(dnode: DoctorNode) -> None:
@@ -949,3 +960,73 @@ def test_pool_thread_pins(dnode: DoctorNode, probe: Dict[str, Any], kernel: str,
     if status == WARNING:
         assert "threads an application pinned in a mixed container lose their pins at every claim" in f.message
         assert f.fix == "a kernel 6.2 or later, or a fixed shared set (shared_cpus: a cpulist) in NRI mode"
+
+
+# -- the CDI specs (exclusive_source dra: a claim counts only when a spec holds it) ------------------
+
+def _unreadable_dir(dn: DoctorNode) -> None:
+    etc = Path(dn.node.cdi_dirs[0])
+    etc.parent.mkdir(parents=True, exist_ok=True)
+    etc.write_text("a file, not a directory")
+
+
+def _no_dir(dn: DoctorNode) -> None:
+    for d in dn.node.cdi_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _broken_spec(dn: DoctorNode) -> None:
+    (Path(dn.node.cdi_dirs[1]) / "gpu.yaml").write_text("kind: nvidia.com/gpu\ndevices: [\n")
+
+
+def _containerd_elsewhere(dn: DoctorNode) -> None:
+    with open(dn.root / "etc/containerd/config.toml", "a", encoding="utf-8") as f:
+        f.write('[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n  cdi_spec_dirs = ["/srv/cdi"]\n')
+
+
+def _containerd_cdi_off(dn: DoctorNode) -> None:
+    with open(dn.root / "etc/containerd/config.toml", "a", encoding="utf-8") as f:
+        f.write('[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n')
+
+
+CDI_CASES = [  # id, how the node is broken, status, message (with {etc} and {run}), fix
+    pytest.param(_unreadable_dir, ERROR, "CDI spec directory {etc}: cannot be read (Not a directory): a claim only "
+                 "there is refused", "set cdi_spec_dirs to the runtime's CDI spec directories", id="unreadable-dir"),
+    pytest.param(_no_dir, WARNING, "no CDI spec directory exists ({etc}, {run}): until the CPU DRA driver writes a "
+                 "spec into one, every container with a DRA_CPUSET_ variable is refused", "mount them read-only",
+                 id="no-dir"),
+    pytest.param(_broken_spec, WARNING, "1 CDI spec file(s) skipped: CDI spec {run}/gpu.yaml: not valid JSON or YAML "
+                 "at line 3, column 1: expected the node content, but found '<stream end>': skipped",
+                 "correct or remove the file", id="broken-spec"),
+    pytest.param(_containerd_elsewhere, WARNING, "containerd reads CDI specs from /srv/cdi ({root}/etc/containerd/"
+                 "config.toml), the plugin from {etc}, {run}: a claim containerd injects from a directory the plugin "
+                 "does not read is refused", 'set cdi_spec_dirs: ["/srv/cdi"]', id="containerd-reads-elsewhere"),
+    pytest.param(_containerd_cdi_off, ERROR, "containerd's CDI is off (enable_cdi = false in {root}/etc/containerd/"
+                 "config.toml): the CPU DRA driver's claims never reach a container", "enable_cdi = true",
+                 id="containerd-cdi-off"),
+]
+
+
+@pytest.mark.parametrize("breaks,status,message,fix", CDI_CASES)
+def test_cdi_spec_dirs(dnode: DoctorNode, breaks: Callable[[DoctorNode], None], status: str, message: str,
+                       fix: str) -> None:
+    pool_node(dnode)
+    breaks(dnode)
+    etc, run = dnode.node.cdi_dirs
+    f = by_check(pool_findings(dnode), "cdi-specs")
+    assert (f.status, f.message) == (status, message.format(etc=etc, run=run, root=dnode.root)), f
+    assert fix in f.fix, f
+
+
+def test_cdi_spec_dirs_cli(dnode: DoctorNode, run_cli: Any) -> None:
+    """The same facts through `check --json`: the driver's specs counted per directory, a broken one named."""
+    pool_node(dnode)
+    dnode.node.write_cdi_claim("11111111-2222-3333-4444-555555555555", "6")
+    _broken_spec(dnode)
+    argv = dnode.argv(preset=str(dnode.root / "nri.preset"))
+    res = run_cli(argv + ["--json", "--no-probe", "--containerd-config", str(dnode.root / "etc/containerd/config.toml")])
+    found = [f for f in json.loads(res.out) if f["check"] == "cdi-specs"]
+    run = dnode.node.cdi_dirs[1]
+    assert [f["status"] for f in found] == [OK, WARNING], found
+    assert f"{run}: 3 spec file(s), 2 of the CPU DRA driver (dra.k8s.io/cpu: 2 device(s), 2 claim(s))" \
+        in found[0]["message"], found

@@ -213,6 +213,8 @@ CONFIGS = [
     pytest.param({"failure_policy": "ignore"}, True, id="ignore"),
     pytest.param({"allowed_namespaces": []}, True, id="no-namespaces"),
     pytest.param({"allowed_namespaces": ["*", "ran-?", "[a-c]*"]}, True, id="globs"),
+    pytest.param({"cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}, True, id="cdi-dirs"),
+    pytest.param({"cdi_spec_dirs": ["/d"] * 16}, True, id="cdi-dirs-16"),
     pytest.param({k: "/x" for k in ("shared_cpus_file", "cgroup_root", "state_dir", "proc_root", "sys_root")}, True,
                  id="every-path"),
     pytest.param({"state_dir": "/" + "s" * 4095}, True, id="path-4096"),
@@ -248,6 +250,12 @@ CONFIGS = [
     pytest.param({"allowed_namespaces": [""]}, False, id="namespace-empty"),
     pytest.param({"allowed_namespaces": [None]}, False, id="namespace-null"),
     pytest.param({"allowed_namespaces": None}, False, id="namespaces-null"),
+    pytest.param({"cdi_spec_dirs": []}, False, id="cdi-dirs-empty"),
+    pytest.param({"cdi_spec_dirs": ["/d"] * 17}, False, id="cdi-dirs-17"),
+    pytest.param({"cdi_spec_dirs": "/etc/cdi"}, False, id="cdi-dirs-string"),
+    pytest.param({"cdi_spec_dirs": ["cdi"]}, False, id="cdi-dir-relative"),
+    pytest.param({"cdi_spec_dirs": [None]}, False, id="cdi-dir-null"),
+    pytest.param({"cdi_spec_dirs": ["/a\0"]}, False, id="cdi-dir-nul"),
 ]
 
 

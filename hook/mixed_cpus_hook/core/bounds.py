@@ -59,6 +59,27 @@ MAX_ENV_BYTES = 2 << 20
 MAX_CGROUPS_PATH = 4096
 MAX_PATH_COMPONENT = 255
 
+# -- CDI specs (exclusive_source dra: a claim counts only when a CDI spec holds it) ---------------
+# Entries looked at in one CDI spec directory, per request: the CPU DRA driver writes one spec per
+# prepared claim, and a node runs some hundreds of pods (kubelet's default maximum 110, OpenShift's
+# tested 500) with a few claims each, beside other drivers' few specs (one per GPU vendor). Past it
+# the rest of the directory is not read (a warning names it): a claim only there is refused.
+MAX_CDI_DIR_ENTRIES = 4096
+# One spec file: the driver's is some 200 bytes; a GPU vendor's spec with every library it mounts is
+# some 100 KB. Larger files are skipped with a warning, before they are read.
+MAX_CDI_SPEC_BYTES = 1 << 20
+# A spec that holds a claim and is not JSON is parsed as YAML only up to this size: PyYAML's pure-Python
+# loader (the one whose recursion Python bounds) takes about 2 s per MiB (measured: a 1 MiB spec in 2.1 s
+# on the 2-CPU test machine), NRI's whole budget for a request; 64 KiB is some 130 ms, once per change of
+# the file. The CPU DRA driver writes JSON (some 200 bytes), which the json module reads at any size here.
+MAX_CDI_YAML_BYTES = 64 << 10
+# Devices in one spec (the driver writes one per file; a GPU vendor one per GPU and partition) and
+# env entries in one device's containerEdits (the driver writes one): past either, the spec is skipped.
+MAX_CDI_DEVICES = 1024
+MAX_CDI_DEVICE_ENV = 256
+# Directories in cdi_spec_dirs (containerd and CRI-O default to two).
+MAX_CDI_SPEC_DIRS = 16
+
 # -- Synchronize ----------------------------------------------------------------------------------
 # A runtime may split Synchronize in parts (``more``); the plugin keeps only what it needs of each
 # container and pod, and at most this much in all. kubelet runs 110 pods per node by default and

@@ -93,6 +93,12 @@ class RecordError(HookError):
     kind = "record error"
 
 
+class CdiSpecError(HookError):
+    """A CDI spec file (exclusive_source dra: where claims are trusted from) is not of CDI's shape."""
+
+    kind = "invalid CDI spec"
+
+
 class KubeletStateError(HookError):
     """kubelet's CPU manager checkpoint is unreadable or not of kubelet's shape."""
 

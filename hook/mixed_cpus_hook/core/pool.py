@@ -68,6 +68,11 @@ class Member(NamedTuple):
         return out
 
 
+def is_claim_uid(uid: str) -> bool:
+    """Whether the part of a ``DRA_CPUSET_<uid>`` name after the prefix can be a claim's uid."""
+    return bool(uid) and len(uid) <= MAX_CLAIM_UID and CLAIM_UID_CHARS.issuperset(uid)
+
+
 def parse_claims(env: Iterable[str], where: str, online: FrozenSet[int],
                  reserved: FrozenSet[int]) -> Tuple[Claim, ...]:
     """The claims in a container's environment (``DRA_CPUSET_<uid>=<cpulist>``), validated.
@@ -82,7 +87,7 @@ def parse_claims(env: Iterable[str], where: str, online: FrozenSet[int],
             continue
         name, sep, value = item.partition("=")
         uid = name[len(CLAIM_PREFIX):]
-        if not sep or not uid or len(uid) > MAX_CLAIM_UID or not CLAIM_UID_CHARS.issuperset(uid):
+        if not sep or not is_claim_uid(uid):
             raise RuntimeInputError(f"environment variable {quote(name)} does not name a claim uid", where)
         if len(value) > MAX_CPULIST_TEXT:
             raise RuntimeInputError(f"{name}: cpulist of {len(value)} characters is too long", where)

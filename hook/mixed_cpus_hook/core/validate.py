@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from .bounds import MAX_CDI_SPEC_DIRS
 from .errors import HookError
 
 TYPE_CHECKING = False
@@ -38,6 +39,7 @@ CONFIG_KEYS = (
     "reserved_cpus",
     "exclusive_source",
     "pool_quota_cpus",
+    "cdi_spec_dirs",
     "annotation_prefix",
     "failure_policy",
     "cgroup_root",
@@ -74,10 +76,15 @@ def _field(doc: Mapping[str, Any], key: str, kind: type, where: str, err: Type[H
     return value
 
 
+def is_abs_path(value: Any) -> bool:
+    """An absolute path as the schema's ``absolute_path``: starts with "/", no NUL byte, at most 4096 characters."""
+    return isinstance(value, str) and value.startswith("/") and "\0" not in value and len(value) <= 4096
+
+
 def _abs_path(doc: Mapping[str, Any], key: str, where: str, err: Type[HookError],
               required: bool = False) -> Optional[str]:
     value = _field(doc, key, str, where, err, required)
-    if value is not None and (not value.startswith("/") or "\0" in value or len(value) > 4096):
+    if value is not None and not is_abs_path(value):
         raise err(f"field {key!r} must be an absolute path, not {value!r}", where)
     return value
 
@@ -143,6 +150,12 @@ def check_config(doc: Any, where: str, err: Type[HookError]) -> None:
     policy = _field(doc, "failure_policy", str, where, err)
     if policy is not None and policy not in POLICIES:
         raise err(f"setting 'failure_policy': {policy!r} is not one of {', '.join(POLICIES)}", where)
+    dirs = _field(doc, "cdi_spec_dirs", list, where, err)
+    if dirs is not None and not 1 <= len(dirs) <= MAX_CDI_SPEC_DIRS:
+        raise err(f"setting 'cdi_spec_dirs' must list 1 to {MAX_CDI_SPEC_DIRS} directories, not {len(dirs)}", where)
+    for item in dirs or ():
+        if not is_abs_path(item):
+            raise err(f"setting 'cdi_spec_dirs': {item!r:.80} is not an absolute path", where)
     globs = _field(doc, "allowed_namespaces", list, where, err)
     for item in globs or ():
         if not isinstance(item, str) or not item:

@@ -14,7 +14,7 @@ import os
 from ..core.cpuset import parse_cpulist, parse_cpulist_file
 from ..core.errors import ConfigError
 from ..core.validate import check_config
-from .files import FileRefused, read_regular_file
+from .files import FileRefused, parse_yaml_text, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -34,6 +34,8 @@ MAX_SHARED_CPUS_BYTES = 64 << 10
 # written go first), so fake nodes, tests and renamed files never pile up.
 MAX_CACHE_ENTRIES = 16
 STALE_TMP_SECONDS = 60
+# CDI's own default spec directories (static, then generated), containerd's and CRI-O's default too.
+DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 class Config(NamedTuple):
@@ -44,6 +46,7 @@ class Config(NamedTuple):
     reserved_cpus: Optional[str] = None
     exclusive_source: str = "kubelet"
     pool_quota_cpus: float = 1
+    cdi_spec_dirs: Tuple[str, ...] = DEFAULT_CDI_SPEC_DIRS
     annotation_prefix: str = "mixed-cpus.openshift.io"
     failure_policy: str = "fail"
     cgroup_root: str = "/sys/fs/cgroup"
@@ -65,8 +68,9 @@ def parse_config(doc: Any, where: str) -> Config:
     for key in ("shared_cpus", "reserved_cpus"):
         if key in values:
             values[key] = str(values[key])
-    if "allowed_namespaces" in values:
-        values["allowed_namespaces"] = tuple(values["allowed_namespaces"])
+    for key in ("allowed_namespaces", "cdi_spec_dirs"):
+        if key in values:
+            values[key] = tuple(values[key])
     return Config(source=where, **values)
 
 
@@ -98,18 +102,7 @@ def parse_config_text(text: str, where: str) -> Config:
     doc = parse_json_config(text, where)
     if doc is not NOT_JSON:
         return parse_config(doc, where)
-    import yaml  # noqa: PLC0415 - deliberately lazy, see module docstring
-
-    try:
-        doc = yaml.safe_load(text)
-    except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise ConfigError("not valid YAML: nested too deeply", where) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"not valid YAML{at}: {problem}", where) from None
-    return parse_config(doc, where)
+    return parse_config(parse_yaml_text(text, where, ConfigError), where)  # PyYAML lazily: see module docstring
 
 
 def resolve_config_path(explicit: Optional[str], environ: Optional[Mapping[str, str]] = None) -> Tuple[str, bool]:

@@ -11,6 +11,12 @@ import errno
 import os
 import stat
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on every container start
+    from typing import Any, Type
+
+    from ..core.errors import HookError
+
 # What a file is when it is not a regular file (stat.S_IFMT -> words for the message).
 KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
          stat.S_IFSOCK: "a socket"}
@@ -53,3 +59,21 @@ def read_regular_file(path: str, limit: int, follow: bool = True) -> bytes:
     if size > limit:
         raise FileRefused(f"larger than {limit} bytes (it grew while read)")
     return b"".join(chunks)
+
+
+def parse_yaml_text(text: str, where: str, err: "Type[HookError]", what: str = "YAML") -> Any:
+    """``yaml.safe_load`` of ``text`` (PyYAML imported only now: it doubles the hook's start-up), its
+    failures as ``err`` with one line: where the parser stopped and why (``not valid <what> at line L,
+    column C: ...``), or that it is nested too deeply (the pure-Python composer recurses per level, so
+    Python's recursion limit bounds it)."""
+    import yaml  # noqa: PLC0415 - deliberately lazy
+
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise err("not valid YAML: nested too deeply", where) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise err(f"not valid {what}{at}: {problem}", where) from None

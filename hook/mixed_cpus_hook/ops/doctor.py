@@ -18,6 +18,7 @@ import subprocess
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..node.config import Config, is_pool, load_config, load_reserved_cpus, load_shared_cpus, read_online_cpus
+from ..core.cdi import CPU_DRIVER_KIND
 from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import HookError
 from .machineconfig import DEFAULT_UNITS, PRESET_PATH, parse_preset
@@ -452,6 +453,8 @@ def _toml_at(doc: Any, *keys: str) -> Any:
 # containerd's runc options: config version 2 (containerd 1.x) and version 3 (containerd 2.x).
 CONTAINERD_RUNC_OPTIONS = (("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
                            ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"))
+# containerd's CRI section with enable_cdi and cdi_spec_dirs: 1.7 (config version 2), 2.x (version 3).
+CONTAINERD_CDI_SECTIONS = (("plugins", "io.containerd.grpc.v1.cri"), ("plugins", "io.containerd.cri.v1.runtime"))
 
 
 def read_mode_facts(paths: Paths) -> Dict[str, Any]:
@@ -463,7 +466,8 @@ def read_mode_facts(paths: Paths) -> Dict[str, Any]:
     facts: Dict[str, Any] = {"containerd_running": argv is not None, "containerd_config": config,
                              "containerd_nri": None, "containerd_error": None, "containerd_nri_socket": None,
                              "containerd_systemd_cgroup": None, "nri_unit": NRI_UNIT,
-                             "containerd_nri_plugin_path": None}
+                             "containerd_nri_plugin_path": None, "containerd_enable_cdi": None,
+                             "containerd_cdi_spec_dirs": None}
     try:
         doc = parse_toml(_read_text(config))
         nri = _toml_at(doc, "plugins", "io.containerd.nri.v1.nri")
@@ -477,6 +481,12 @@ def read_mode_facts(paths: Paths) -> Dict[str, Any]:
             systemd = _toml_at(doc, *keys, "SystemdCgroup")
             if isinstance(systemd, bool):
                 facts["containerd_systemd_cgroup"] = systemd
+        for section in CONTAINERD_CDI_SECTIONS:
+            enable, dirs = _toml_at(doc, *section, "enable_cdi"), _toml_at(doc, *section, "cdi_spec_dirs")
+            if isinstance(enable, bool):
+                facts["containerd_enable_cdi"] = enable
+            if isinstance(dirs, list) and all(isinstance(d, str) for d in dirs):
+                facts["containerd_cdi_spec_dirs"] = dirs
     except FileNotFoundError:
         facts["containerd_config"] = None
     except (OSError, UnicodeDecodeError, TomlError) as exc:
@@ -565,6 +575,7 @@ def read_facts(paths: Optional[Paths] = None, environ: Optional[Dict[str, str]] 
         "thread_affinity": (read_affinity_facts(config, save=config_facts["error"] is None) if paths.probe
                             else {"skipped": "not probed (--no-probe)"}),
         "exclusive_source": read_exclusive_source_facts(config, config_facts["error"] is None),
+        "cdi": read_cdi_facts(config, config_facts["error"] is None),
     }
     socket = compute_nri_socket(paths, facts)
     facts["mode"].update(nri_socket=socket, nri_socket_exists=os.path.exists(socket))
@@ -806,6 +817,25 @@ def read_exclusive_source_facts(config: Config, config_ok: bool) -> Optional[Dic
     return facts
 
 
+def read_cdi_facts(config: Config, config_ok: bool) -> Optional[Dict[str, Any]]:
+    """With exclusive_source dra, each of ``cdi_spec_dirs`` as the plugin reads it (node.cdi), every spec
+    parsed, those without a claim too (a broken spec also fails the runtime's CDI injection)."""
+    from ..node.cdi import read_cdi_specs
+
+    if not config_ok or config.exclusive_source != "dra":
+        return None
+    dirs: List[Dict[str, Any]] = []
+    for d in config.cdi_spec_dirs:
+        scan = read_cdi_specs([d], every_spec=True)
+        driver = [spec for _path, spec in scan.specs if spec.kind == CPU_DRIVER_KIND]
+        dirs.append({"path": d, "missing": bool(scan.missing), "files": scan.files,
+                     "driver_specs": len(driver), "driver_devices": sum(s.devices for s in driver),
+                     "claims": sum(len(s.claims) for s in driver),
+                     "errors": [p for p in scan.problems if p.startswith("CDI spec directory ")],
+                     "broken": [p for p in scan.problems if not p.startswith("CDI spec directory ")]})
+    return {"dirs": dirs}
+
+
 def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
     """Which source of truth the engine uses for a container's exclusive CPUs, and why."""
     src = facts.get("exclusive_source")
@@ -844,6 +874,58 @@ def _exclusive_source_findings(facts: Dict[str, Any]) -> List[Finding]:
         out.append(Finding("exclusive-source", WARNING,
                            f"kubelet's CPU manager state is {state} ({facts['kubelet']['state_source']}), but the hook "
                            f"reads {path}", f"set kubelet_state_file: {state} in the configuration"))
+    return out
+
+
+CDI_DIRS_FIX = ("set cdi_spec_dirs to the runtime's CDI spec directories (containerd: cdi_spec_dirs in its CRI "
+                "section; CRI-O: cdi_spec_dirs in crio.conf; both default to /etc/cdi and /var/run/cdi) and, in a pod, "
+                "mount them read-only (deploy/base/daemonset.yaml)")
+
+
+def _format_cdi_dir(d: Dict[str, Any]) -> str:
+    if d["missing"]:
+        return f"{d['path']}: does not exist"
+    return (f"{d['path']}: {d['files']} spec file(s), {d['driver_specs']} of the CPU DRA driver ({CPU_DRIVER_KIND}: "
+            f"{d['driver_devices']} device(s), {d['claims']} claim(s))")
+
+
+def _cdi_findings(facts: Dict[str, Any]) -> List[Finding]:
+    """exclusive_source dra: a DRA_CPUSET_ variable counts only when a CDI spec of cdi_spec_dirs holds it
+    (core.cdi): each directory missing or unreadable, what the CPU DRA driver's specs there hold, the
+    specs skipped as broken, and containerd's own spec directories when they differ."""
+    cdi = facts.get("cdi")
+    if not cdi or facts["config"].get("error"):
+        return []
+    dirs = cdi["dirs"]
+    out = [Finding("cdi-specs", ERROR, f"{e}: a claim only there is refused", CDI_DIRS_FIX)
+           for d in dirs for e in d["errors"]]
+    if all(d["missing"] for d in dirs):
+        out.append(Finding("cdi-specs", WARNING, f"no CDI spec directory exists ({', '.join(d['path'] for d in dirs)}): "
+                           "until the CPU DRA driver writes a spec into one, every container with a DRA_CPUSET_ "
+                           "variable is refused", CDI_DIRS_FIX))
+    elif not out:
+        out.append(Finding("cdi-specs", OK, "a claim counts only when a spec holds it; " +
+                           "; ".join(_format_cdi_dir(d) for d in dirs)))
+    broken = [p for d in dirs for p in d["broken"]]
+    if broken:
+        out.append(Finding("cdi-specs", WARNING, f"{len(broken)} CDI spec file(s) skipped: {'; '.join(broken[:3])}"
+                           + ("; ..." if len(broken) > 3 else ""),
+                           "a claim only a skipped spec holds is refused, and the runtime's CDI injection fails on "
+                           "it too: correct or remove the file (the CPU DRA driver writes its own again at prepare)"))
+    mode = facts.get("mode") or {}
+    if compute_runtime(facts)[0] != "containerd":
+        return out
+    theirs = mode.get("containerd_cdi_spec_dirs")
+    if theirs is not None and \
+            {os.path.normpath(p) for p in theirs} - {os.path.normpath(d["path"]) for d in dirs}:
+        out.append(Finding("cdi-specs", WARNING, f"containerd reads CDI specs from {', '.join(theirs)} "
+                           f"({mode.get('containerd_config')}), the plugin from {', '.join(d['path'] for d in dirs)}: a "
+                           "claim containerd injects from a directory the plugin does not read is refused",
+                           f"set cdi_spec_dirs: {json.dumps(theirs)} in the configuration"))
+    if mode.get("containerd_enable_cdi") is False:
+        out.append(Finding("cdi-specs", ERROR, f"containerd's CDI is off (enable_cdi = false in "
+                           f"{mode.get('containerd_config')}): the CPU DRA driver's claims never reach a container",
+                           "set enable_cdi = true in containerd's CRI section and restart containerd"))
     return out
 
 
@@ -1165,6 +1247,7 @@ def compute_findings(facts: Dict[str, Any]) -> List[Finding]:
     out += cpu
     out += _kubelet_findings(facts, shared)
     out += _exclusive_source_findings(facts)
+    out += _cdi_findings(facts)
     out += _runtime_findings(facts)
     out += _hooks_findings(facts)
     out += _mode_findings(facts, shared)

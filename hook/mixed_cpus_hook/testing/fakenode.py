@@ -46,6 +46,13 @@ def cgroups_path(driver: str, pod_uid: str, cid: str, qos: str = "") -> str:
     return "/" + container_rel(driver, pod_uid, cid, qos)
 
 
+def format_cdi_claim_spec(uid: str, cpus: str) -> Dict[str, Any]:
+    """The CDI spec the CPU DRA driver writes for one claim at prepare (kubernetes-sigs/dra-driver-cpu
+    pkg/driver/cdi.go): kind dra.k8s.io/cpu, one device claim-<uid> whose only edit is the variable."""
+    return {"cdiVersion": "0.8.0", "kind": "dra.k8s.io/cpu",
+            "devices": [{"name": f"claim-{uid}", "containerEdits": {"env": [f"DRA_CPUSET_{uid}={cpus}"]}}]}
+
+
 def format_checkpoint(entries: Dict[str, Any], default: Optional[str] = None, policy: str = "static",
                       checksum: Optional[int] = None, online: str = "") -> str:
     """kubelet's CPU manager checkpoint as kubelet writes it (Go's json.Marshal, kubelet's checksum).
@@ -86,6 +93,8 @@ class FakeNode:
         self.etc = os.path.join(self.root, "etc/mixed-cpus-hook")
         # kubelet's CPU manager checkpoint lives in the fake tree: no test reads the host's.
         self.kubelet_state = os.path.join(self.root, "var/lib/kubelet/cpu_manager_state")
+        # The runtime's CDI spec directories (static, generated), in the fake tree too.
+        self.cdi_dirs = (os.path.join(self.root, "etc/cdi"), os.path.join(self.root, "var/run/cdi"))
         self.online = online
         _write(os.path.join(self.sys_root, "devices/system/cpu/online"), online)
         os.makedirs(self.proc_root, exist_ok=True)
@@ -158,7 +167,7 @@ class FakeNode:
         doc: Dict[str, object] = {"shared_cpus_file": shared_file, "cgroup_root": self.cgroup_root,
                                   "state_dir": self.state_dir, "proc_root": self.proc_root,
                                   "sys_root": self.sys_root, "kubelet_state_file": self.kubelet_state,
-                                  "allowed_namespaces": ["ran"]}
+                                  "cdi_spec_dirs": list(self.cdi_dirs), "allowed_namespaces": ["ran"]}
         doc.update(extra or {})
         path = os.path.join(self.etc, "config.yaml")
         _write(path, "".join(f"{k}: {json.dumps(v)}\n" for k, v in doc.items()))
@@ -180,6 +189,17 @@ class FakeNode:
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(tmp, path)
+        return path
+
+    def write_cdi_claim(self, uid: str, cpus: str) -> str:
+        """The CPU DRA driver's prepare of a claim: its spec (format_cdi_claim_spec) in the generated CDI
+        directory, named as the driver names it and written atomically as CDI writes it."""
+        path = os.path.join(self.cdi_dirs[1], f"dra.k8s.io-cpu_claim-{uid}.json")
+        os.makedirs(self.cdi_dirs[1], exist_ok=True)
+        tmp = os.path.join(self.cdi_dirs[1], f".claim-{uid}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(format_cdi_claim_spec(uid, cpus), f, indent=2)
         os.replace(tmp, path)
         return path
 

@@ -28,6 +28,7 @@ import os
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..core.bounds import quote
+from ..core.cdi import select_claim_env
 from ..core.cgroup import Dirs, Quota
 from ..core.cpuset import format_cpulist
 from ..core.errors import HookError, PolicyError
@@ -36,6 +37,7 @@ from ..core.pool import (CLAIM, MIXED, POOL, Member, check_pool_not_empty, compu
                          compute_kind, compute_placements, parse_claims)
 from ..core.request import POD_NAMESPACE, POD_UID
 from ..node import cgroupfs as cg
+from ..node.cdi import CdiSpecCache, read_vouched
 from ..node.config import Config
 from ..node.facts import FactsCache, NodeFacts
 from ..node.log import Reporter
@@ -67,6 +69,8 @@ class DraEngine(NriEngine):
         super().__init__(config, reporter, cache,
                          telemetry or Telemetry(count_tracked=lambda: len(self.placed)))
         self.placed: Dict[str, Placed] = {}
+        # The CDI specs' results between events (a claim counts only when a spec holds it: core.cdi).
+        self.cdi = CdiSpecCache()
         self.pool: FrozenSet[int] = frozenset()
         # Starts refused because a claimed CPU stayed in another container's cpuset (metrics, status).
         self.exclusivity_failures = 0
@@ -127,10 +131,26 @@ class DraEngine(NriEngine):
         except HookError as exc:
             self.reporter.warning(f"nri: {exc}")
 
-    def _member(self, node: NodeFacts, facts: ContainerFacts) -> Tuple[Member, Optional[Dirs], str]:
-        """The decision's view of a container from the runtime's facts (claims validated)."""
+    def read_vouched(self, containers: Sequence[ContainerFacts]) -> Dict[str, FrozenSet[str]]:
+        """The DRA_CPUSET_ entries the CDI specs hold now, when one of ``containers`` has such a variable
+        (node.cdi: a directory listing and a stat per spec file; a spec parsed again only when it changed);
+        a spec skipped for the first time is logged."""
+        if not any(f.env for f in containers):
+            return {}
+        vouched, scan = read_vouched(self.config.cdi_spec_dirs, self.cdi)
+        for problem in scan.new_problems:
+            self.reporter.warning(f"nri: {problem} (a claim only it holds is refused)")
+        return vouched
+
+    def _member(self, node: NodeFacts, facts: ContainerFacts, vouched: Dict[str, FrozenSet[str]]
+                ) -> Tuple[Member, Optional[Dirs], str]:
+        """The decision's view of a container from the runtime's facts (claims vouched for by a CDI spec
+        and validated)."""
         where = f"container {facts.id}"
-        claims = parse_claims(facts.env, where, node.online, node.reserved)
+        claim_env, ignored = select_claim_env(facts.env, vouched, self.config.cdi_spec_dirs, where)
+        if ignored:
+            self.reporter.info(f"nri: {where}: {', '.join(ignored)} (held by a CDI spec) not a claim uid: not a claim")
+        claims = parse_claims(claim_env, where, node.online, node.reserved)
         pod_uid = facts.annotations.get(POD_UID, "")
         namespace = facts.annotations.get(POD_NAMESPACE, "")
         asks = read_request(facts.annotations, self.config, self.reporter, facts.id) is not None
@@ -163,7 +183,7 @@ class DraEngine(NriEngine):
     def create(self, facts: ContainerFacts) -> Answer:
         """CreateContainer: place the container; shrink the others' pool part when it claims CPUs."""
         node = self.facts()
-        member, dirs, namespace = self._member(node, facts)
+        member, dirs, namespace = self._member(node, facts, self.read_vouched((facts,)))
         where = f"container {facts.id}"
         others = {cid: p for cid, p in self.placed.items() if cid != facts.id}
         conflicts = compute_claim_conflicts(member, [p.member for p in others.values()])
@@ -269,11 +289,12 @@ class DraEngine(NriEngine):
         node = self.facts()
         placed: Dict[str, Placed] = {}
         current: Dict[str, FrozenSet[int]] = {}
+        vouched = self.read_vouched([f for f in containers if not f.stopped])
         for facts in containers:
             if facts.stopped:
                 continue
             try:
-                member, dirs, namespace = self._member(node, facts)
+                member, dirs, namespace = self._member(node, facts, vouched)
                 conflicts = compute_claim_conflicts(member, [p.member for p in placed.values()])
                 if conflicts:
                     raise PolicyError("; ".join(conflicts[:3]), f"container {facts.id}")

@@ -93,7 +93,8 @@ class Phase:
         path = os.path.join(self.base, f"config-{len(self.plugins)}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"state_dir: {self.base}/state\nfailure_policy: fail\nallowed_namespaces: [mixed-ns]\n"
-                    f"reserved_cpus: \"0\"\nshared_cpus: pool\n{config}")
+                    f"reserved_cpus: \"0\"\nshared_cpus: pool\n"
+                    f"cdi_spec_dirs: [{json.dumps(self.ctd.cdi_dir)}]\n{config}")  # where the claims are written
         p = Plugin(path, self.ctd.nri_sock, os.path.join(self.base, f"plugin-{len(self.plugins)}.log"), self.ctd,
                    env={"MIXED_CPUS_HOOK_CACHE_DIR": os.path.join(self.base, "cache")},
                    reconcile_interval=reconcile_interval)

@@ -35,10 +35,14 @@ class World:
 
     def request(self, cid: str, pod: str = POD_A, name: str = "app", claims: Tuple[Tuple[str, str], ...] = (),
                 shares: int = 2, cpus: str = "0-3", ask: Optional[str] = None, namespace: str = "ran",
-                state: int = 1) -> Tuple[Any, Any]:
+                state: int = 1, own_env: Tuple[str, ...] = ()) -> Tuple[Any, Any]:
+        """A container's request; ``claims``: prepared by the driver (a CDI spec each, the runtime's
+        injected variable); ``own_env``: entries the pod spec writes itself (no spec)."""
         p, c = pod_and_container(cid, name=name, pod_uid=pod, cpus=cpus, quota=None, ask=ask, namespace=namespace,
                                  state=state)
-        c.env.extend(["PATH=/bin"] + [f"DRA_CPUSET_{uid}={cl}" for uid, cl in claims])
+        for uid, cl in claims:
+            self.node.write_cdi_claim(uid, cl)
+        c.env.extend(["PATH=/bin"] + list(own_env) + [f"DRA_CPUSET_{uid}={cl}" for uid, cl in claims])
         c.linux.resources.cpu.shares.value = shares
         self.pods[cid] = pod
         self.node.mkdir(container_rel("cgroupfs", pod, cid), cpus)
@@ -157,7 +161,6 @@ def test_start_fails_when_exclusivity_cannot_hold(make_world: Callable[..., Worl
     pytest.param(((UID1, "1"),), POD_B + "x", "", id="same-claim-in-another-pod"),
     pytest.param(((UID3, "7"),), POD_B, "not online", id="offline-cpu"),
     pytest.param(((UID3, "0,2-3"),), POD_B, "leave the shared pool empty", id="pool-would-be-empty"),
-    pytest.param((("not-a-uid!", "2"),), POD_B, "does not name a claim uid", id="bad-uid"),
     pytest.param(((UID3, "2-x"),), POD_B, "not a cpulist", id="bad-cpulist"),
 ])
 def test_claims_refused(make_world: Callable[..., World], claims: Any, pod: str, message: str) -> None:
@@ -169,6 +172,103 @@ def test_claims_refused(make_world: Callable[..., World], claims: Any, pod: str,
     answer = world.peer.call("CreateContainer", api.CreateContainerRequest(pod=p, container=c))
     assert answer.code != ttrpc.OK
     assert message in answer.message
+
+
+UNDER = "is not in any CDI spec under {dirs}: not the CPU DRA driver's claim"
+FORGED = [
+    pytest.param((), ("DRA_CPUSET_0000=3",), "DRA_CPUSET_0000 " + UNDER, id="forged-no-spec"),
+    pytest.param((), (f"DRA_CPUSET_{UID1}=3",), f"DRA_CPUSET_{UID1}=3 is not in any CDI spec under {{dirs}} (a spec "
+                 f"holds DRA_CPUSET_{UID1}=1)", id="claimants-uid-another-value"),
+    pytest.param(((UID2, "2"),), (f"DRA_CPUSET_{UID3}=3",), f"DRA_CPUSET_{UID3} " + UNDER,
+                 id="a-real-claim-and-a-forged-one"),
+    pytest.param(((UID2, "2"),), (f"DRA_CPUSET_{UID2}=3",), f"DRA_CPUSET_{UID2}=3 is not in any CDI spec",
+                 id="the-pod-spec-overrides-its-own-claim"),
+    pytest.param((), ("DRA_CPUSET_ASSIGNED=3",), "DRA_CPUSET_ASSIGNED " + UNDER, id="a-summary-no-spec-holds"),
+    pytest.param((), ("DRA_CPUSET_not-a-uid!=2",), "DRA_CPUSET_not-a-uid! " + UNDER, id="not-a-uid"),
+]
+
+
+@pytest.mark.parametrize("claims,own_env,message", FORGED)
+def test_a_claim_the_pod_spec_wrote_is_refused(make_world: Callable[..., World], claims: Any, own_env: Any,
+                                               message: str) -> None:
+    """The runtime's environment holds the pod author's variables too: only what a CDI spec holds counts.
+    The refusal names the variable and the directories; nobody's cpuset moved for it."""
+    world = make_world()
+    world.create(STD)
+    world.create(CLAIMANT, pod=POD_A, name="claimant", claims=((UID1, "1"),))
+    p, c = world.request(OTHER, pod=POD_B, name="other", claims=claims, own_env=own_env)
+    answer = world.peer.call("CreateContainer", api.CreateContainerRequest(pod=p, container=c))
+    assert answer.code != ttrpc.OK
+    expected = message.format(dirs=", ".join(world.node.cdi_dirs))
+    assert f"refused: container {OTHER}: {expected}" in answer.message, answer.message
+    assert world.cpus(STD) == "0,2-3" and world.cpus(CLAIMANT) == "1"
+    assert expected in world.reporter.stream.getvalue()  # the journal has it too
+
+
+def test_a_forged_claim_under_failure_policy_ignore_is_created_unadjusted(make_world: Callable[..., World]) -> None:
+    world = make_world(policy="ignore")
+    world.create(STD)
+    reply = world.create(OTHER, pod=POD_B, own_env=("DRA_CPUSET_0000=3",))
+    assert not reply.HasField("adjust") and list(reply.update) == []
+    assert world.cpus(STD) == "0-3"  # CPU 3 was not taken from anybody
+    assert "DRA_CPUSET_0000 is not in any CDI spec" in world.reporter.stream.getvalue()
+    assert "failure_policy ignore: created unadjusted" in world.reporter.stream.getvalue()
+
+
+def test_a_summary_a_spec_holds_is_not_a_claim(make_world: Callable[..., World]) -> None:
+    """A fork of the driver also writes DRA_CPUSET_ASSIGNED through its spec: the driver's, not a claim."""
+    world = make_world()
+    world.create(STD)
+    world.node.write_cdi_claim(UID1, "1")
+    spec = world.node.write_cdi_claim("ASSIGNED", "1")  # the same shape: device claim-ASSIGNED
+    reply = world.create(CLAIMANT, pod=POD_B, claims=((UID1, "1"),), own_env=("DRA_CPUSET_ASSIGNED=1",))
+    assert reply.adjust.linux.resources.cpu.cpus == "1"
+    journal = "".join(f"{m}\n" for _, m in world.reporter.sink.messages)  # an info line: the journal's only
+    assert "DRA_CPUSET_ASSIGNED (held by a CDI spec) not a claim uid: not a claim" in journal, journal
+    assert os.path.exists(spec)
+
+
+def test_a_claim_whose_spec_went_is_refused(make_world: Callable[..., World]) -> None:
+    """The specs are read at every request (each file kept while its stat key says it is unchanged):
+    once the driver unprepared a claim, its variable vouches for nothing."""
+    world = make_world()
+    world.create(STD)
+    spec = world.node.write_cdi_claim(UID1, "1")
+    world.create(CLAIMANT, pod=POD_B, claims=((UID1, "1"),))
+    world.stop(CLAIMANT)
+    os.unlink(spec)
+    p, c = world.request(OTHER, pod=POD_B)
+    c.env.append(f"DRA_CPUSET_{UID1}=1")
+    answer = world.peer.call("CreateContainer", api.CreateContainerRequest(pod=p, container=c))
+    assert answer.code != ttrpc.OK and f"DRA_CPUSET_{UID1} is not in any CDI spec" in answer.message
+
+
+def test_a_broken_spec_is_logged_once_and_the_others_count(make_world: Callable[..., World]) -> None:
+    world = make_world()
+    world.create(STD)
+    broken = os.path.join(world.node.cdi_dirs[1], "broken.json")
+    os.makedirs(world.node.cdi_dirs[1], exist_ok=True)
+    with open(broken, "w", encoding="utf-8") as f:
+        f.write('{"kind": "dra.k8s.io/cpu", "devices": [{"name": "DRA_CPUSET_')
+    assert world.create(CLAIMANT, pod=POD_B, claims=((UID1, "1"),)).adjust.linux.resources.cpu.cpus == "1"
+    assert world.create(MIXED, pod=POD_B, name="mixed", claims=((UID2, "2"),)).adjust.linux.resources.cpu.cpus == "2"
+    log = world.reporter.stream.getvalue()
+    assert log.count(f"CDI spec {broken}: not valid JSON or YAML") == 1, log
+
+
+def test_synchronize_leaves_a_forged_claim_as_it_is(make_world: Callable[..., World]) -> None:
+    """A container whose variable no spec holds is not placed (nor its CPUs taken from the pool): left as
+    it is and logged; the others are placed."""
+    world = make_world()
+    std = world.request(STD)
+    claimant = world.request(CLAIMANT, pod=POD_B, claims=((UID1, "1"),), cpus="1")
+    forged = world.request(OTHER, pod=POD_B, name="forged", own_env=("DRA_CPUSET_0000=3",), cpus="3")
+    reply = world.peer.call("Synchronize", api.SynchronizeRequest(
+        pods=[std[0], claimant[0]], containers=[std[1], claimant[1], forged[1]]), api.SynchronizeResponse)
+    assert updates(reply) == {STD: "0,2-3"}, world.reporter.stream.getvalue()
+    log = world.reporter.stream.getvalue()
+    assert f"Synchronize: container {OTHER}: refused: container {OTHER}: DRA_CPUSET_0000 is not in any CDI spec" \
+        in log and "(left as it is)" in log
 
 
 def test_one_claim_shared_inside_a_pod(make_world: Callable[..., World]) -> None:
