@@ -106,6 +106,14 @@ def _realpath(path: str) -> str:
     return real
 
 
+def forget_resolved(*paths: str) -> None:
+    """Drop what ``_realpath`` remembers of these paths: a released container's cgroups are never
+    asked for again, and a resident plugin sees a new container id for every container it ever
+    places (each remembered path would stay until the bound clears them all)."""
+    for path in paths:
+        _RESOLVED.pop(path, None)
+
+
 def resolve_inside_root(root: str, path: str, what: str) -> str:
     """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
     real = _realpath(path)

@@ -220,6 +220,8 @@ class DraEngine(NriEngine):
         updates = self._updates(self.placed, after, cid, f"{cid} {why}")
         gone = self.placed[cid]
         self._commit(pool, after)
+        if gone.dirs is not None:
+            cg.forget_resolved(gone.dirs.cpuset, gone.dirs.cpu)
         if gone.member.claims:
             self.reporter.info(f"nri: container {cid} {why}: claims {', '.join(c.uid for c in gone.member.claims)} "
                                f"back in the pool {format_cpulist(pool)}")

@@ -56,6 +56,8 @@ def release_locked(state_dir: str, layout: Layout, cid: str, reporter: Reporter,
         if pod_rec is not None:
             lines.extend(_give_back(state_dir, layout, cid, pod_rec))
     delete_record(state_dir, "containers", cid)
+    if rec.cgroup is not None:
+        cg.forget_resolved(rec.cgroup.cpuset, rec.cgroup.cpu)
     if rec.mode == "hook":
         mark_pending(state_dir, cid)  # the sync stops its watch unit (hook mode's systemd units)
     for line in lines:
