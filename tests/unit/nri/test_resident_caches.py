@@ -15,9 +15,11 @@ from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.store import records
 
 from .peer import create_request
-from .test_pool_dra import World, make_world  # noqa: F401 - the fixture
+from . import test_pool_dra
+from .test_pool_dra import World
 
 CYCLES = 30
+make_world = test_pool_dra.make_world  # the pool tests' fixture
 
 
 def remembered(cid: str) -> list:
