@@ -122,3 +122,16 @@ def test_may_ask_never_misses_a_request(annotations: Dict[str, str]) -> None:
         asks = True
     if asks:
         assert may_ask(annotations)
+
+
+@pytest.mark.parametrize("name, pattern", [
+    ("ran", "ran"), ("ran", "ran2"), ("ran-du", "ran-*"), ("ran", "r?n"), ("ran", "[rs]an"), ("a.b", "a.b"),
+    ("a\\b", "a\\b"), ("", ""), ("ran", ""), ("RAN", "ran"), ("ran", "ran*"), ("x]", "x]"),
+], ids=lambda v: repr(v))
+def test_namespace_patterns_match_as_fnmatchcase(name: str, pattern: str) -> None:
+    """Plain names are compared without importing fnmatch (a cost on every start): same answers."""
+    import fnmatch
+
+    from mixed_cpus_hook.core import request
+
+    assert vars(request)["_fnmatchcase"](name, pattern) == fnmatch.fnmatchcase(name, pattern)

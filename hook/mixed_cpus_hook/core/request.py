@@ -71,8 +71,11 @@ def format_refused_namespace(namespace: str, allowed_namespaces: Sequence[str], 
 
 
 def _fnmatchcase(name: str, pattern: str) -> bool:
-    # fnmatch is imported only for a glob other than the default "*" (which matches every
-    # name): its import is a cost on every container start.
+    # fnmatch is imported only for a pattern with a wildcard ("*", "?", "[": a plain namespace
+    # name matches only itself, as fnmatchcase would say): its import is a cost on every
+    # container start.
+    if not any(c in pattern for c in "*?["):
+        return name == pattern
     from fnmatch import fnmatchcase
 
     return fnmatchcase(name, pattern)

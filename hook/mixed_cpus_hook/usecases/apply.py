@@ -18,7 +18,6 @@ from ..node.oci import State, load_spec
 from ..store.records import load_container, load_pod, mark_pending, state_lock
 from .common import check_pod_uid, pod_key_of
 from .converge import Target, converge
-from .release import release_container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -79,6 +78,8 @@ def apply_state(state: State, config: Config, reporter: Reporter, dry_run: bool 
 
 
 def release_state(state: State, config: Config, reporter: Reporter) -> Outcome:
-    """The poststop hook."""
+    """The poststop hook (its module is loaded here: a container start does not need it)."""
+    from .release import release_container
+
     return release_container(state.id, config.state_dir, config.cgroup_root, reporter)
 
