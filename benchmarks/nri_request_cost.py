@@ -37,6 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "hook"))
 
 from mixed_cpus_hook.frontends.nri.handlers import Handlers  # noqa: E402
+from mixed_cpus_hook.frontends.nri.plugin import settle_memory  # noqa: E402
 from mixed_cpus_hook.frontends.nri.wire import api  # noqa: E402
 from mixed_cpus_hook.node.config import load_config  # noqa: E402
 from mixed_cpus_hook.node.log import Reporter  # noqa: E402
@@ -164,6 +165,7 @@ def main() -> int:
     if tmpfs_dir():
         setups.append((f"state on {fs_type(tmpfs_dir() or '')} ({tmpfs_dir()})", tmpfs_dir() or "", True))
     setups.append((f"state on {fs_type('/tmp')} (/tmp)", "/tmp", True))
+    settle_memory()  # as the plugin does once started (compiled record constructors, gc.freeze)
     pod = Pod()
     try:
         print(f"thread CPU per event, us (p50 / p90), {CYCLES} cycles after {WARMUP}, Python "

@@ -509,9 +509,14 @@ def settle_memory() -> None:
     """Once everything is imported: the objects made so far (modules, protobuf descriptors, click)
     live as long as the process. gc.freeze moves them out of the collector's generations, so a
     full collection no longer walks them all (a pause of milliseconds that lands on whichever
-    request triggers it); a request's own short-lived objects are freed by reference counting."""
+    request triggers it); a request's own short-lived objects are freed by reference counting.
+    The record classes get their compiled constructors first (core.compat: the hook's start does
+    without them; a resident process builds records on every request)."""
     import gc
 
+    from ...core.compat import compile_constructors
+
+    compile_constructors()
     gc.collect()
     gc.freeze()
 
