@@ -421,16 +421,22 @@ class Handlers:
             if answer.adjust is not None:
                 reply.adjust.CopyFrom(format_adjustment(answer.adjust))
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
-            self.engine.count_error("CreateContainer", exc)
-            problem = format_problem(exc)
-            if self.config.failure_policy == "fail":
-                self.reporter.error(f"{where}: {problem}")
-                raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
-            self.reporter.warning(f"{where}: {problem} (failure_policy ignore: created unadjusted)")
+            self.apply_failure_policy("CreateContainer", where, exc, "created unadjusted")
             return api.CreateContainerResponse()
         if answer.adjust is not None:
             self.reporter.info(f"{where}: {describe_adjustment(answer.adjust)}")
         return reply
+
+    def apply_failure_policy(self, method: str, where: str, exc: BaseException, ignored: str) -> None:
+        """A request that may fail the container (CreateContainer, StartContainer) failed: counted;
+        under ``failure_policy: fail`` the runtime gets the one-line error (RequestFailed), under
+        ``ignore`` a warning says what the runtime does instead (``ignored``)."""
+        self.engine.count_error(method, exc)
+        problem = format_problem(exc)
+        if self.config.failure_policy == "fail":
+            self.reporter.error(f"{where}: {problem}")
+            raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
+        self.reporter.warning(f"{where}: {problem} (failure_policy ignore: {ignored})")
 
     # UpdateContainer -------------------------------------------------------------------
     def update_container(self, req: "api.UpdateContainerRequest") -> "api.UpdateContainerResponse":
@@ -503,12 +509,7 @@ class Handlers:
             check_length(container.name, MAX_NAME, "container name", where)
             answer = self.engine.start(container.id, pod.uid, container.name)
         except Exception as exc:  # noqa: BLE001 - failure_policy decides
-            self.engine.count_error("StartContainer", exc)
-            problem = format_problem(exc)
-            if self.config.failure_policy == "fail":
-                self.reporter.error(f"{where}: {problem}")
-                raise RequestFailed(f"mixed-cpus-hook: {problem}") from None
-            self.reporter.warning(f"{where}: {problem} (failure_policy ignore: started anyway)")
+            self.apply_failure_policy("StartContainer", where, exc, "started anyway")
             return
         for line in answer.outcome.lines:
             self.reporter.info(f"{where}: {line}")
