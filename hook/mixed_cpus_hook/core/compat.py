@@ -19,16 +19,10 @@ name, defaults, the TypeErrors, ``_make``, ``_replace``, ``_asdict``, ``_fields`
 
 from __future__ import annotations
 
+from _collections import _tuplegetter  # type: ignore[import-not-found]  # collections.namedtuple's field accessor
 from collections import namedtuple
-from operator import itemgetter
 from sys import version_info
 from types import CodeType, FunctionType
-
-try:  # the C accessor collections.namedtuple uses for its fields
-    from _collections import _tuplegetter  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - other interpreters
-    def _tuplegetter(index: int, doc: str) -> Any:
-        return property(itemgetter(index), doc=doc)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +50,8 @@ class _NamedTupleMeta(type):
 _MATCH_ARGS = version_info >= (3, 10)
 
 _MISSING = object()
-_BUILT: List[Any] = []  # every class build_namedtuple made (compile_constructors)
+_BUILT: List[Any] = []  # the classes build_namedtuple made that compile_constructors has not done yet
+
 
 def _bind(name: str, fields: Tuple[str, ...], defaults: Dict[str, Any], args: Tuple[Any, ...],
           kwargs: Dict[str, Any]) -> List[Any]:
@@ -166,16 +161,14 @@ def compile_constructors() -> int:
     process (the NRI plugin), once at start; the hook's start never pays the compiles. Returns
     how many classes got one."""
     done = 0
-    for cls in _BUILT:
-        if "_compiled" in vars(cls):
-            continue
+    while _BUILT:  # each class once: taken off the list as it gets its constructor
+        cls = _BUILT.pop()
         fields = cls._fields
         defaults = tuple(cls._field_defaults[f] for f in fields if f in cls._field_defaults)
         new = FunctionType(_new_code(len(fields)).replace(co_varnames=("_cls",) + fields),
                            {"_tuple_new": tuple.__new__}, "__new__", defaults or None)
         new.__qualname__ = f"{cls.__name__}.__new__"
         cls.__new__ = staticmethod(new)
-        cls._compiled = True
         done += 1
     return done
 

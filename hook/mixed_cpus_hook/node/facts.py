@@ -82,7 +82,7 @@ class FactsCache:
     def settle(self, facts: NodeFacts) -> NodeFacts:
         """``facts`` with this cache's generation, bumped when anything differs from the last read."""
         last = self._last
-        if last is None or last[:6] != facts[:6] or last[7:] != facts[7:]:
+        if last is None or facts._replace(generation=last.generation) != last:
             self.generation += 1
         out = facts._replace(generation=self.generation)
         self._last = out
@@ -185,7 +185,7 @@ def _pool_facts(config: Config, online: FrozenSet[int], checkpoint: Optional[Che
     where = f"{config.source}: setting 'shared_cpus' (pool)"
     if config.exclusive_source == "dra":
         pool = online - reserved
-        return NodeFacts(layout, pool, where + " : the online CPUs outside reserved_cpus, less the claims", online,
+        return NodeFacts(layout, pool, where + ": the online CPUs outside reserved_cpus, less the claims", online,
                          checkpoint, note, pool=True, reserved=reserved)
     if checkpoint is None:
         raise ConfigError("shared_cpus: pool with exclusive_source kubelet follows kubelet's checkpoint, and there is "

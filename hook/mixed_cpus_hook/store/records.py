@@ -405,16 +405,23 @@ def _remember(path: str, data: bytes, rec: Any) -> Any:
     return rec
 
 
+def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any]:
+    """A record file's bytes and the record remembered for exactly those bytes (None: parse them);
+    (None, None) when there is no file (and nothing is remembered for it any more)."""
+    data = _read_record_file(state_dir, kind, path)
+    if data is None:
+        _PARSED.pop(path, None)
+        return None, None
+    hit = _PARSED.get(path)
+    return data, (hit[1] if hit is not None and hit[0] == data else None)
+
+
 def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     """A container's record, checked (RecordError names the file and the problem), or None."""
     path = record_path(state_dir, "containers", cid)
-    data = _read_record_file(state_dir, "containers", path)
-    if data is None:
-        _PARSED.pop(path, None)
-        return None
-    hit = _PARSED.get(path)
-    if hit is not None and hit[0] == data:
-        return hit[1]
+    data, known = _read_remembered(state_dir, "containers", path)
+    if data is None or known is not None:
+        return known
     return _remember(path, data, parse_container_record(parse_document(data, path), cid, path))
 
 
@@ -425,13 +432,9 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
     member without a readable container record gets none (it does not count anyway).
     """
     path = record_path(state_dir, "pods", key)
-    data = _read_record_file(state_dir, "pods", path)
-    if data is None:
-        _PARSED.pop(path, None)
-        return None
-    hit = _PARSED.get(path)
-    if hit is not None and hit[0] == data:
-        return hit[1]
+    data, known = _read_remembered(state_dir, "pods", path)
+    if data is None or known is not None:
+        return known
     migrated = []
 
     def legacy_share(cid: str) -> int:
@@ -461,22 +464,10 @@ def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[st
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
     _check_dir(folder)
-    return path, _write_whole(path, os.path.join(folder, f".{name}.{_pid()}.tmp"), doc)
+    return path, _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-_PID: List[int] = []
-
-
-def _pid() -> int:
-    """This process's pid (a fork gets its own: os.register_at_fork forgets it)."""
-    if not _PID:
-        _PID.append(os.getpid())
-    return _PID[0]
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_PID.clear)
 
 
 def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> bytes:
@@ -626,7 +617,7 @@ POOL_FILE = "pool.json"
 def save_pool_snapshot(state_dir: str, doc: Dict[str, Any]) -> str:
     """Write the pool's placements atomically (temporary file, then rename); returns its path."""
     path = os.path.join(state_dir, POOL_FILE)
-    _write_whole(path, os.path.join(state_dir, f".{POOL_FILE}.{_pid()}.tmp"), doc)
+    _write_whole(path, os.path.join(state_dir, f".{POOL_FILE}.{os.getpid()}.tmp"), doc)
     return path
 
 
