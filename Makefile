@@ -120,6 +120,11 @@ endif
 ifeq ($(origin BYTECOMPILE),undefined)
 BYTECOMPILE = $(eval BYTECOMPILE := $(if $(filter $(PYTHON3),$(PYTHON3_RUN)),$(shell test -x $(PYTHON3) && echo $(PYTHON3))))$(BYTECOMPILE)
 endif
+# HOOKBUNDLE (empty: none) writes the hook path's bundle (mixed_cpus_hook/__init__.py says why) with
+# the interpreter that compiles, else the target's when it runs here: it must be the one that runs it.
+ifeq ($(origin HOOKBUNDLE),undefined)
+HOOKBUNDLE = $(eval HOOKBUNDLE := $(or $(BYTECOMPILE),$(if $(filter $(PYTHON3),$(PYTHON3_RUN)),$(shell test -x $(PYTHON3) && echo $(PYTHON3)))))$(HOOKBUNDLE)
+endif
 # Offline build when setuptools and wheel are importable (rpmbuild); else pip fetches them.
 PIP_BUILD_FLAGS ?= $(shell $(PYTHON) -c 'import setuptools, wheel' >/dev/null 2>&1 && echo --no-build-isolation --no-index)
 INSTALL ?= install
@@ -173,6 +178,8 @@ install:
 	    -d $(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook && \
 	    for f in $$(find $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook -name '*.opt-1.pyc'); do \
 	        cmp -s "$$f" "$${f%.opt-1.pyc}.pyc" && ln -f "$${f%.opt-1.pyc}.pyc" "$$f"; done; true; fi
+	if [ -n "$(HOOKBUNDLE)" ]; then PYTHONPATH=$(DESTDIR)$(PYTHON_SITELIB) $(HOOKBUNDLE) -s -m mixed_cpus_hook.ops.hookbundle \
+	    --ddir $(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook; fi
 	$(INSTALL) -d $(DESTDIR)$(BINDIR)
 	printf '%s\n' '#!$(PYTHON3) -I' \
 	    '# mixed-cpus-hook: the OCI hook (hooks.d runs "apply" and "release") and its command line.' \

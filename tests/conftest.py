@@ -334,6 +334,28 @@ def node(request: pytest.FixtureRequest, fake_node: Callable[..., Node]) -> Node
 
 
 @pytest.fixture
+def hook_pod(node: Node, config_cache_dir: str) -> Dict[str, Any]:
+    """One pod on ``node``: "app" asks, "sidecar" does not; the config's JSON cache is warm.
+
+    CRI-O copies the pod's annotations into every container, so the sidecar carries the
+    request for "app" too: hooks.d's "when" matches it and the hook runs, and must bow out.
+    The config is loaded once here (PyYAML runs in the test process), as on a node after its
+    first container. Returns the node, the cache directory and each container's paths.
+    """
+    from mixed_cpus_hook.node.config import load_config
+
+    pod_uid = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
+    app = node.add_container("a1" * 32, name="app", pod_uid=pod_uid, cpus="2-3", quota=200000, pid=4242)
+    sidecar = node.add_container("5c" * 32, name="sidecar", pod_uid=pod_uid, cpus="2-3", ask=None, pid=4243)
+    for path in (sidecar["state"], os.path.join(sidecar["bundle"], "config.json")):
+        doc = node.load_json(path)
+        doc["annotations"]["mixed-cpus.openshift.io/app"] = "enable"
+        node.save_json(path, doc)
+    load_config(node.config_path, cache_dir=config_cache_dir)
+    return {"node": node, "app": app, "sidecar": sidecar, "cache": config_cache_dir}
+
+
+@pytest.fixture
 def reporter() -> CapturedReporter:
     """A Reporter writing to a StringIO and a SyslogCapture."""
     return make_reporter()

@@ -53,6 +53,13 @@ def main() -> int:
         step("nri_help", [EXE, "nri", "--help"])
         step("nri_import", [sys.executable, "-I", "-c", "import mixed_cpus_hook.frontends.nri.plugin, google.protobuf; "
                             "print(google.protobuf.__version__)"])
+        # Which loader a fresh `python3 -I` uses for the hook path: the bundle's finder when
+        # make install wrote the bundle (mixed_cpus_hook/__init__.py), else the usual .pyc loader.
+        step("hook_loader", [sys.executable, "-I", "-c", "import mixed_cpus_hook.usecases.apply as m; l = m.__spec__.loader; "
+                             "print(l.__name__ if isinstance(l, type) else type(l).__name__)"])
+        from mixed_cpus_hook.ops.hookbundle import read_bundle_status
+
+        out["bundle"] = read_bundle_status(os.path.dirname(mixed_cpus_hook.__file__))[0]
         step("release", [EXE, "--config", config, "release"], stdin=state)
         out["records_after_release"] = sorted(os.listdir(os.path.join(node.state_dir, "containers")))
     finally:

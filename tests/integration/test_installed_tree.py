@@ -66,9 +66,16 @@ def mounts_under(path: Path) -> list:
         return [line for line in f if f" {path}" in line]
 
 
-def check_driver_output(result: Dict[str, Any], python: str) -> None:
-    """The same verdict for every target: each step as a node would see it."""
+def check_driver_output(result: Dict[str, Any], python: str, bundle: str) -> None:
+    """The same verdict for every target: each step as a node would see it.
+
+    ``bundle``: the hook path's bundle make install should have left ("current": written by the
+    target's python3, which ran here; "absent": the target's python3 runs only in a chroot).
+    """
     steps = result["steps"]
+    assert result["bundle"] == bundle
+    assert steps["hook_loader"]["stdout"].strip() == ("BundleFinder" if bundle == "current" else "SourceFileLoader"), \
+        steps["hook_loader"]
     assert result["python"] == python, result["python"]
     assert result["executable"] == SYSTEM_PYTHON and result["shebang"] == f"#!{SYSTEM_PYTHON} -I"
     assert result["package"].startswith("/usr/lib/python3/dist-packages/mixed_cpus_hook/"), result["package"]
@@ -112,7 +119,7 @@ def test_debian12_system_python(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import platform; print(platform.python_version())"],
                              stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
-    check_driver_output(json.loads(proc.stdout), version)
+    check_driver_output(json.loads(proc.stdout), version, bundle="current")
     assert not mounts_under(dest)
 
 
@@ -144,7 +151,7 @@ exit $rc
     proc = in_namespace(script)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
-    check_driver_output(result, "3.9.2")
+    check_driver_output(result, "3.9.2", bundle="absent")
     assert result["steps"]["nri_import"]["stdout"].strip() == "3.12.4"
     assert "mixed_cpus_hook" in {p.name for p in (upper / "usr/lib/python3/dist-packages").iterdir()}
     # The cached rootfs is the overlay's lower layer: untouched, and nothing is left mounted.

@@ -321,12 +321,12 @@ def system_site(prefix: str) -> str:
 
 
 def test_make_install_same_tree_as_rpm(built: Dict[str, object], tmp_path: Path) -> None:
-    """`make install MODE=all PREFIX=/usr` (the RPM's site-packages, no bytecode) lays down the three RPMs' files."""
+    """`make install MODE=all PREFIX=/usr` (the RPM's site-packages, no bytecode, no bundle) lays down the three RPMs' files."""
     if offline_python() != SYSTEM_PYTHON:
         pytest.skip("needs /usr/bin/python3 with setuptools and wheel, as the RPM build uses")
     need("make")
     dest = tmp_path / "root"
-    make_install(dest, "MODE=all", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=", "MANIFEST=")
+    make_install(dest, "MODE=all", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=", "HOOKBUNDLE=", "MANIFEST=")
     rpm_plain = {p for pkg in PACKAGES for p, kind in rpm_files(built[pkg]).items() if kind == "f"}
     # The RPM compresses the man page (brp-compress does on Fedora); make install leaves that to packagers.
     rpm_plain = {p[:-3] if p == MANPAGE else p for p in rpm_plain if "/__pycache__/" not in p}
@@ -339,7 +339,7 @@ def test_make_install_one_mode_is_its_packages(built: Dict[str, object], tmp_pat
     if offline_python() != SYSTEM_PYTHON:
         pytest.skip("needs /usr/bin/python3 with setuptools and wheel, as the RPM build uses")
     dest = tmp_path / "root"
-    make_install(dest, f"MODE={mode}", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=")
+    make_install(dest, f"MODE={mode}", "PREFIX=/usr", f"PYTHON_SITELIB={SITELIB}", "BYTECOMPILE=", "HOOKBUNDLE=")
     rpm_plain = {p for k in ("base", pkg) for p, kind in rpm_files(built[k]).items() if kind == "f"}
     rpm_plain = {p[:-3] if p == MANPAGE else p for p in rpm_plain if "/__pycache__/" not in p}
     assert tree_files(dest) == rpm_plain | {f"/usr/share/{NAME}/install-manifest"}

@@ -171,7 +171,8 @@ def test_healthy_node(dnode: DoctorNode) -> None:
     assert [f for f in findings if f.status != OK] == []
     checks = [f.check for f in findings]
     assert checks == (["config", "shared-cpus", "isolation", "kubelet-config", "cpu-manager-policy", "reserved-cpus",
-                       "cpu-manager-state", "exclusive-source", "runtime", "crio-config", "hook-apply", "hook-release", "mode", "crio-shared-cpuset"]
+                       "cpu-manager-state", "exclusive-source", "runtime", "crio-config", "hook-apply", "hook-release", "hook-bundle", "mode",
+                       "crio-shared-cpuset"]
                       + [f"unit:{u}" for u in UNITS] + ["cgroup", "allowed-namespaces"])
     assert all(f.fix == "" for f in findings)
     assert by_check(findings, "shared-cpus").message.startswith("2-3 (from ")

@@ -17,8 +17,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Any, Dict, Mapping, Optional, Type
 
-# Patterns are strings compiled on first use by re's own cache: a container start that does
-# not need one does not pay for compiling it. \Z, not $: "$" also matches before a newline.
+# The patterns are the schemas' words; the hook path checks them with the hand matchers below
+# (is_plain_name, is_cpulist_text, is_timestamp_text, core.cgroup's is_pod_dir_name and
+# compute_systemd_path): each process compiles a regular expression it uses (0.05-0.1 ms
+# apiece, five on a steady apply), and a container start pays that. tests/unit/test_matchers.py
+# runs each matcher against its pattern over a table and a seeded random corpus.
+# \Z, not $: "$" also matches before a newline.
 # runc's rule for container ids, minus "." and ".." which would name a directory.
 ID_PATTERN = r"^[A-Za-z0-9_+.-]{1,1024}\Z"
 # The longest container id the state directory can hold: a record's temporary file is
@@ -52,9 +56,41 @@ CONFIG_KEYS = (
 )
 
 
+ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+DIGITS = "0123456789"
+# pattern -> (its characters, its longest match), for the patterns is_plain_name matches by hand.
+_PLAIN = {ID_PATTERN: (ALNUM + "_+.-", 1024), NAME_PATTERN: (ALNUM + "_+.:@-", 255)}
+
+
 def is_plain_name(value: str, pattern: str = ID_PATTERN) -> bool:
-    """True for a name that is safe as one path component (not "." or "..")."""
-    return bool(re.match(pattern, value)) and value not in (".", "..")
+    """True for a name that is safe as one path component (not "." or "..").
+
+    ``pattern`` is ID_PATTERN or NAME_PATTERN (matched without ``re``; see above) or any other
+    pattern, matched with ``re``.
+    """
+    if type(value) is not str or value in (".", ".."):
+        return False
+    plain = _PLAIN.get(pattern)
+    if plain is None:
+        return re.match(pattern, value) is not None
+    chars, longest = plain
+    return 0 < len(value) <= longest and not value.strip(chars)
+
+
+def is_cpulist_text(value: str) -> bool:
+    """True for a cpulist as the kernel prints it: ``[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*``."""
+    for part in value.split(","):
+        low, dash, high = part.partition("-")
+        if not low or low.strip(DIGITS) or (dash and (not high or high.strip(DIGITS))):
+            return False
+    return True
+
+
+def is_timestamp_text(value: str) -> bool:
+    """True for a UTC timestamp to the second, ``YYYY-MM-DDTHH:MM:SSZ`` (digits not range-checked)."""
+    return (len(value) == 20 and value[4] == value[7] == "-" and value[10] == "T" and value[13] == value[16] == ":"
+            and value[19] == "Z"
+            and not (value[:4] + value[5:7] + value[8:10] + value[11:13] + value[14:16] + value[17:19]).strip(DIGITS))
 
 
 def _type_name(value: Any) -> str:

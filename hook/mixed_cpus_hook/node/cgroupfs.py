@@ -10,12 +10,10 @@ root. Writes use os.write so that the kernel's refusal is seen at write(2).
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from ..core.cgroup import (
     CRUN_SUBGROUP,
-    POD_DIR,
     Dirs,
     Layout,
     Quota,
@@ -23,6 +21,7 @@ from ..core.cgroup import (
     compute_spec_cgroup,
     cpuset_file,
     effective_file,
+    is_pod_dir_name,
     normalize_cgroup_path,
     parse_proc_cgroup,
     parse_quota_v2,
@@ -226,7 +225,7 @@ def _check_same_cgroup(found: Tuple[str, str], cgroups_path: Optional[str], cont
 def find_pod(layout: Layout, dirs: Dirs) -> Optional[Dirs]:
     """The pod cgroup is the container's parent when it is named like one kubelet makes."""
     parents = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
-    if not all(re.match(POD_DIR, os.path.basename(p)) for p in parents):
+    if not all(is_pod_dir_name(os.path.basename(p)) for p in parents):
         return None
     return parents
 

@@ -28,7 +28,7 @@ from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
 from ..core.model import MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member, PodRecord
 from ..core.quota import MCPU, QuotaState
-from ..core.validate import ID_PATTERN, NAME_PATTERN, is_plain_name
+from ..core.validate import ID_PATTERN, NAME_PATTERN, is_cpulist_text, is_plain_name, is_timestamp_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -101,9 +101,7 @@ def _unknown(doc: Dict[str, Any], allowed: frozenset, path: str, what: str) -> N
 
 
 def _is_timestamp(value: Any) -> bool:
-    import re
-
-    return isinstance(value, str) and re.match(TIMESTAMP_PATTERN, value) is not None
+    return isinstance(value, str) and is_timestamp_text(value)
 
 
 def parse_quota(q: Any, path: str, field: str) -> QuotaState:
@@ -156,13 +154,11 @@ def _check_schema(doc: Any, path: str) -> None:
 
 
 def _cpulist_field(doc: Dict[str, Any], key: str, path: str) -> frozenset:
-    import re
-
     value = doc.get(key)
     if not isinstance(value, str):
         raise _bad(path, f"{key} is missing or not a cpulist string")
     try:
-        if not re.match(CPULIST_PATTERN, value):
+        if not is_cpulist_text(value):
             raise CpuListError("not as the kernel prints it", path)
         cpus = parse_cpulist(value, path)
     except CpuListError:
