@@ -122,6 +122,9 @@ BYTECOMPILE = $(eval BYTECOMPILE := $(if $(filter $(PYTHON3),$(PYTHON3_RUN)),$(s
 endif
 # HOOKBUNDLE (empty: none) writes the hook path's bundle (mixed_cpus_hook/__init__.py says why) with
 # the interpreter that compiles, else the target's when it runs here: it must be the one that runs it.
+# The bundle (like a .pyc) records each source's mtime: with SOURCE_DATE_EPOCH set (rpmbuild sets it
+# from the changelog), the package's files newer than it are clamped to it first, as Fedora's
+# brp-python-bytecompile would do after %install, so that no later step changes what was recorded.
 ifeq ($(origin HOOKBUNDLE),undefined)
 HOOKBUNDLE = $(eval HOOKBUNDLE := $(or $(BYTECOMPILE),$(if $(filter $(PYTHON3),$(PYTHON3_RUN)),$(shell test -x $(PYTHON3) && echo $(PYTHON3)))))$(HOOKBUNDLE)
 endif
@@ -174,6 +177,8 @@ install:
 	rm -rf $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook-*.dist-info
 	cp -R $(STAGE)/mixed_cpus_hook $(STAGE)/mixed_cpus_hook-$(VERSION).dist-info $(DESTDIR)$(PYTHON_SITELIB)/
 	chmod -R u=rwX,go=rX $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook-$(VERSION).dist-info
+	if [ -n "$$SOURCE_DATE_EPOCH" ]; then find $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook -newermt "@$$SOURCE_DATE_EPOCH" \
+	    -exec touch -h -m -d "@$$SOURCE_DATE_EPOCH" {} +; fi
 	if [ -n "$(BYTECOMPILE)" ]; then $(BYTECOMPILE) -m compileall -q -f -o 0 -o 1 \
 	    -d $(PYTHON_SITELIB)/mixed_cpus_hook $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook && \
 	    for f in $$(find $(DESTDIR)$(PYTHON_SITELIB)/mixed_cpus_hook -name '*.opt-1.pyc'); do \

@@ -362,8 +362,9 @@ def test_make_install_for_the_system_python3(tmp_path: Path) -> None:
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip("no /usr/bin/python3 here")
     dest = tmp_path / "root"
+    epoch = 1700000000  # as rpmbuild sets it from the changelog: the package's files are clamped to it
     proc = run(["make", "-C", str(REPO), "install", f"DESTDIR={dest}", f"PYTHON={sys.executable}", "MODE=hook",
-                "PREFIX=/usr"], timeout=MAKE_TIMEOUT)
+                "PREFIX=/usr"], timeout=MAKE_TIMEOUT, env=dict(os.environ, SOURCE_DATE_EPOCH=str(epoch)))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     site = system_site("/usr")
     assert site and (dest / site.lstrip("/") / "mixed_cpus_hook/frontends/hook/fastpath.py").is_file(), site
@@ -380,6 +381,13 @@ def test_make_install_for_the_system_python3(tmp_path: Path) -> None:
     tag = run([SYSTEM_PYTHON, "-c", "import sys; print(sys.implementation.cache_tag)"]).stdout.strip()
     assert {p.name.split(".")[1] for p in package.rglob("__pycache__/*.pyc")} == {tag}, "bytecode is for the target's python3"
     assert (package / "frontends/hook/__pycache__" / f"fastpath.{tag}.pyc").is_file(), "the hook path is compiled"
+    assert max(p.stat().st_mtime for p in package.rglob("*.py")) <= epoch
+    # The hook path's bundle, written by the target's python3 after the clamp: current.
+    status = run([SYSTEM_PYTHON, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+                  " from mixed_cpus_hook.ops.hookbundle import read_bundle_status;"
+                  " print(read_bundle_status(sys.argv[2]))", str(package.parent), str(package)])
+    assert status.stdout.strip() == "('current', [])", status.stdout + status.stderr
+    assert (package / "__pycache__" / f"hookpath.{tag}.bundle").is_file()
 
 
 def test_make_uninstall_removes_exactly_what_install_laid_down(tmp_path: Path) -> None:
