@@ -251,14 +251,14 @@ def remembered_records_parse_back(monkeypatch: pytest.MonkeyPatch) -> None:
 
     remember = records._remember
 
-    def checked(path: str, data: bytes, rec: Any) -> Any:
+    def checked(path: str, data: bytes, rec: Any, key: Any = None) -> Any:
         kind = os.path.basename(os.path.dirname(path))
         name = os.path.basename(path)[:-len(".json")]
         doc = records.parse_document(data, path)
         parsed = (records.parse_container_record(doc, name, path) if kind == "containers"
                   else records.parse_pod_record(doc, name, path))
         assert parsed == rec, f"{path}: saved {rec}, parses back as {parsed}"
-        return remember(path, data, rec)
+        return remember(path, data, rec, key)
 
     monkeypatch.setattr(records, "_remember", checked)
 

@@ -378,3 +378,65 @@ def test_names_too_long_for_their_temporary_are_refused_up_front(tmp_path: Path,
     assert not os.path.exists(state_dir)
     save_document(state_dir, kind, "a" * 242, doc_for(kind, "a" * 242))
     assert list_records(state_dir, kind) == ["a" * 242]
+
+
+def _changed_by_another_writer(path: Path, text: str) -> None:
+    """What the hook, a CLI command or an editor does: a new file renamed over the record."""
+    tmp = path.with_name(".other.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _edited_in_place_same_size(path: Path, text: str) -> None:
+    st = path.stat()
+    with open(path, "r+") as f:
+        f.write(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a later write: a later time
+
+
+def _edited_in_place_other_size(path: Path, text: str) -> None:
+    st = path.stat()
+    path.write_text(text + " ")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the time put back
+
+
+def _replaced_by_a_symlink(path: Path, text: str) -> None:
+    target = path.with_name("elsewhere.json")
+    target.write_text(text)
+    path.unlink()
+    os.symlink(target, path)
+
+
+@pytest.mark.parametrize("change, expect", [
+    (None, "saved"),
+    (_changed_by_another_writer, "changed"),
+    (_edited_in_place_same_size, "changed"),
+    (_edited_in_place_other_size, "changed"),
+    (lambda path, text: path.unlink(), None),
+    (_replaced_by_a_symlink, "symlink"),
+], ids=["untouched", "renamed-over", "edited-same-size", "edited-other-size", "removed", "symlink"])
+def test_a_remembered_record_is_used_only_while_the_file_is_the_one_saved(
+        tmp_path: Path, change: Any, expect: Any) -> None:
+    """The plugin loads a record it saved with one lstat; any other writer's change is read and parsed."""
+    from mixed_cpus_hook.store import records
+
+    state = str(tmp_path)
+    saved = records.parse_container_record(container_doc("c1"), "c1", "x")
+    records.save_container(state, saved)
+    path = tmp_path / "containers" / "c1.json"
+    old = path.read_text()
+    text = old.replace("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")  # the same size
+    assert len(text) == len(old) and text != old
+    if change is not None:
+        change(path, text)
+    if expect == "symlink":
+        with pytest.raises(RecordError, match="symbolic link"):
+            records.load_container(state, "c1")
+        return
+    got = records.load_container(state, "c1")
+    if expect is None:
+        assert got is None
+    elif expect == "saved":
+        assert got is saved
+    else:
+        assert got is not None and got.created.startswith("2026-01-02"), got

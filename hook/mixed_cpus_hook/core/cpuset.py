@@ -8,7 +8,18 @@ from .errors import CpuListError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import AbstractSet, FrozenSet, Iterable, List, Tuple
+    from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Tuple
+
+# Memos of the two conversions for small, common values: a resident process (the NRI plugin) parses
+# and formats the same few cpulists on every event of every container. Pure and bounded: only
+# texts of at most MEMO_TEXT characters and sets of at most MEMO_CPUS CPUs, at most MEMO_ENTRIES of
+# each (then forgotten at once), so hostile input cannot make them large.
+MEMO_TEXT = 64
+MEMO_CPUS = 256
+MEMO_ENTRIES = 512
+_PARSED: Dict[str, FrozenSet[int]] = {}
+_FORMATTED: Dict[FrozenSet[int], str] = {}
+
 
 def parse_cpulist(text: str, where: str = "cpulist") -> FrozenSet[int]:
     """Parse a kernel cpulist; an empty or blank string is the empty set.
@@ -20,6 +31,18 @@ def parse_cpulist(text: str, where: str = "cpulist") -> FrozenSet[int]:
     before it is split, and the ranges are merged before any is expanded, so "0-8191" written
     ten thousand times costs the same as once (at most MAX_CPU + 1 CPUs come out).
     """
+    known = _PARSED.get(text)
+    if known is not None:
+        return known
+    cpus = _parse(text, where)
+    if len(text) <= MEMO_TEXT:
+        if len(_PARSED) >= MEMO_ENTRIES:
+            _PARSED.clear()
+        _PARSED[text] = cpus
+    return cpus
+
+
+def _parse(text: str, where: str) -> FrozenSet[int]:
     if len(text) > MAX_CPULIST_TEXT:
         raise CpuListError(f"cpulist of {len(text)} characters is longer than the {MAX_CPULIST_TEXT} allowed", where)
     s = text.strip()
@@ -59,6 +82,20 @@ def _is_number(s: str) -> bool:
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """Format CPUs the way the kernel prints them: sorted, every run of two or more as a range."""
+    if type(cpus) is frozenset:
+        known = _FORMATTED.get(cpus)
+        if known is not None:
+            return known
+        text = _format(cpus)
+        if len(cpus) <= MEMO_CPUS:
+            if len(_FORMATTED) >= MEMO_ENTRIES:
+                _FORMATTED.clear()
+            _FORMATTED[cpus] = text
+        return text
+    return _format(cpus)
+
+
+def _format(cpus: Iterable[int]) -> str:
     ordered = sorted(set(cpus))
     parts = []
     i = 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 
 from ..core.bounds import MAX_PERIOD, MAX_QUOTA
 from ..core.cgroup import Dirs
@@ -386,29 +387,44 @@ def read_document(state_dir: str, kind: str, name: str) -> Any:
     return None if data is None else parse_document(data, record_path(state_dir, kind, name))
 
 
-# The record last parsed from each file, with the file's bytes then: a resident process (the NRI
-# plugin) reads a record on every event of its container, and parsing and checking it costs more
-# than reading it. Compared by content, a hit is exactly what parsing would give. One entry per
-# record file (forgotten with it); bounded.
-_PARSED: Dict[str, Tuple[bytes, Any]] = {}
+# The record last parsed from each file, with the file's bytes then and its identity (inode, size,
+# modification time; None: not known): a resident process (the NRI plugin) reads a record on every
+# event of its container, and parsing and checking it costs more than reading it. While the file
+# has that identity it is the file whose bytes these are (every writer replaces a record by renaming
+# a new file over it, which changes the inode; an edit in place changes the time), so a hit costs
+# one lstat; otherwise the bytes are read and compared, and a hit is exactly what parsing would
+# give. One entry per record file (forgotten with it); bounded.
+_PARSED: Dict[str, Tuple[bytes, Any, Optional[Tuple[int, int, int]]]] = {}
 MAX_PARSED = 8192
 
 
-def _remember(path: str, data: bytes, rec: Any) -> Any:
+def _identity(st: os.stat_result) -> Tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _remember(path: str, data: bytes, rec: Any, key: Optional[Tuple[int, int, int]] = None) -> Any:
     if len(_PARSED) >= MAX_PARSED:
         _PARSED.clear()
-    _PARSED[path] = (data, rec)
+    _PARSED[path] = (data, rec, key)
     return rec
 
 
 def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any]:
     """A record file's bytes and the record remembered for exactly those bytes (None: parse them);
     (None, None) when there is no file (and nothing is remembered for it any more)."""
+    hit = _PARSED.get(path)
+    if hit is not None and hit[2] is not None:
+        _check_dir(os.path.dirname(path))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None  # gone, or unreadable: the read below says which
+        if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == hit[2]:
+            return hit[0], hit[1]
     data = _read_record_file(state_dir, kind, path)
     if data is None:
         _PARSED.pop(path, None)
         return None, None
-    hit = _PARSED.get(path)
     return data, (hit[1] if hit is not None and hit[0] == data else None)
 
 
@@ -453,24 +469,28 @@ def load_record(state_dir: str, kind: str, name: str) -> Any:
 
 def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
     """Write a record file atomically (temporary file, then rename); returns its path."""
-    return _save(state_dir, kind, name, doc)[0]
+    path = _save(state_dir, kind, name, doc)[0]
+    _PARSED.pop(path, None)  # written as a document: parsed again on the next load
+    return path
 
 
-def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes]:
+def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
     _check_dir(folder)
-    return path, _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
+    data, key = _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
+    return path, data, key
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> bytes:
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> Tuple[bytes, Tuple[int, int, int]]:
     """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
 
     One line (json's C encoder; an indented dump runs in Python), keys sorted. The folder is
-    made only when the first open says it is missing.
+    made only when the first open says it is missing. Returns the bytes and the file's identity
+    (inode, size, modification time: a rename changes none of them).
     """
     data = (json.dumps(doc, sort_keys=True) + "\n").encode()
     try:
@@ -482,6 +502,7 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> bytes:
         try:
             if os.write(fd, data) != len(data):
                 raise OSError(0, "short write")
+            key = _identity(os.fstat(fd))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -491,21 +512,21 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> bytes:
         except OSError:
             pass
         raise RecordError(f"cannot write: {exc.strerror}", path) from None
-    return data
+    return data, key
 
 
 def save_container(state_dir: str, rec: ContainerRecord) -> str:
     """Save a container record; the next load of these bytes gives ``rec`` without parsing them
     (format and parse are inverse: tests/unit/test_records.py checks it on the engine's records)."""
-    path, data = _save(state_dir, "containers", rec.id, format_container_record(rec))
-    _remember(path, data, rec)
+    path, data, key = _save(state_dir, "containers", rec.id, format_container_record(rec))
+    _remember(path, data, rec, key)
     return path
 
 
 def save_pod(state_dir: str, rec: PodRecord) -> str:
     """Save a pod record (remembered as save_container's are)."""
-    path, data = _save(state_dir, "pods", rec.key, format_pod_record(rec))
-    _remember(path, data, rec)
+    path, data, key = _save(state_dir, "pods", rec.key, format_pod_record(rec))
+    _remember(path, data, rec, key)
     return path
 
 

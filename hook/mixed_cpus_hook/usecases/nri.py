@@ -307,9 +307,12 @@ class NriEngine:
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
             self._note(facts.id, desired)
             rec = placed.record
-            self.reporter.emit("info", f"container {facts.id}: mixed CPUs {format_cpulist(rec.desired)} (exclusive "
+            # The one line of a creation (the pod quota's write has its own): who, what, from where.
+            self.reporter.emit("info", f"container {facts.id} ({identity.namespace}/{identity.pod}/"
+                               f"{identity.container}): mixed CPUs {format_cpulist(rec.desired)} (exclusive "
                                f"{format_cpulist(rec.exclusive)} from {desired.source} + shared "
-                               f"{format_cpulist(rec.shared)})", to_stream=False)
+                               f"{format_cpulist(rec.shared)}), quota {format_quota_value(rec.quota.applied)}/"
+                               f"{rec.quota.period}", to_stream=False)
             self.telemetry.admitted(pod_quota_raised=bool(placed.lines))
             return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
 

@@ -423,9 +423,7 @@ class Handlers:
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
             self.apply_failure_policy("CreateContainer", where, exc, "created unadjusted")
             return api.CreateContainerResponse()
-        if answer.adjust is not None:
-            self.reporter.info(f"{where}: {describe_adjustment(answer.adjust)}")
-        return reply
+        return reply  # the engine logged the decision (one line) and its writes
 
     def apply_failure_policy(self, method: str, where: str, exc: BaseException, ignored: str) -> None:
         """A request that may fail the container (CreateContainer, StartContainer) failed: counted;
@@ -454,9 +452,7 @@ class Handlers:
             self.engine.count_error("UpdateContainer", exc)
             self.reporter.error(f"{where}: {format_problem(exc)} (kubelet's update passes unchanged)")
             return api.UpdateContainerResponse()
-        if answer.adjust is not None:
-            self.reporter.info(f"{where}: kubelet's update rewritten: {describe_adjustment(answer.adjust)}")
-        return api.UpdateContainerResponse(update=updates)
+        return api.UpdateContainerResponse(update=updates)  # a rewrite is logged by the engine, with before and after
 
     def tracked(self, cid: str) -> bool:
         """Whether ``cid`` can have a record and has one (one stat; the id is checked first, as
