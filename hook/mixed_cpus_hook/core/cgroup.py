@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 
+from .bounds import MAX_CGROUPS_PATH, MAX_PATH_COMPONENT, check_length, check_uid, quote
 from .errors import CgroupError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import NamedTuple, Optional, Tuple
+    from typing import Iterable, List, NamedTuple, Optional, Tuple
 else:
     from .compat import NamedTuple
 
@@ -63,6 +64,52 @@ class Layout(NamedTuple):
     root: str
     cpuset_root: str
     cpu_root: str
+    # The controller roots that are cgroup file systems with nothing mounted below them
+    # (compute_lexical_roots; node.cgroupfs.read_layout finds them when given a mountinfo). A
+    # cgroup file system holds no symbolic link, so below such a root a path whose parts are
+    # plain names is the directory it spells: it needs no resolving (is_lexically_below).
+    lexical: Tuple[str, ...] = ()
+
+
+def parse_mountinfo(text: str) -> List[Tuple[str, str]]:
+    """(mount point, file system type) of each line of /proc/<pid>/mountinfo, in order.
+
+    A mount point's space, tab, newline and backslash come octal-escaped (``\\040``); they are
+    unescaped. Lines that are not of that shape are skipped.
+    """
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split(" ")
+        kind = right.split(" ", 1)[0]
+        if not sep or len(fields) < 5 or not kind:
+            continue
+        point = fields[4]
+        if "\\" in point:
+            for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+                point = point.replace(code, char)
+        mounts.append((point, kind))
+    return mounts
+
+
+def compute_lexical_roots(mounts: Iterable[Tuple[str, str]], roots: Iterable[str]) -> Tuple[str, ...]:
+    """The ``roots`` (real paths) that are cgroup or cgroup2 mounts (the last mount there: the one
+    seen) with no other mount below them: where a path needs no resolving (Layout.lexical)."""
+    mounts = list(mounts)
+    out = []
+    for root in dict.fromkeys(roots):
+        kinds = [kind for point, kind in mounts if point == root]
+        below = any(point.startswith(root.rstrip("/") + "/") for point, _ in mounts)
+        if kinds and kinds[-1] in ("cgroup", "cgroup2") and not below:
+            out.append(root)
+    return tuple(out)
+
+
+def is_lexically_below(base: str, path: str) -> bool:
+    """``path`` is ``base/<name>/<name>...``: plain names only (no "", ".", ".." part)."""
+    if not path.startswith(base) or path[len(base):len(base) + 1] != "/":
+        return False
+    return all(part not in ("", ".", "..") for part in path[len(base) + 1:].split("/"))
 
 
 class Dirs(NamedTuple):
@@ -126,8 +173,6 @@ def compute_nri_cgroup(cgroups_path: str, cid: str, pod_uid: str, cgroup_parent:
     cgroup. Anything else (a QoS or the kubepods cgroup, the pod cgroup itself, another pod's or
     another container's cgroup, ``..``) is refused with a CgroupError: nothing is written there.
     """
-    from .bounds import MAX_CGROUPS_PATH, MAX_PATH_COMPONENT, check_length, check_uid, quote
-
     check_length(cgroups_path, MAX_CGROUPS_PATH, "linux.cgroups_path", where, CgroupError)
     check_length(cgroup_parent, MAX_CGROUPS_PATH, "the pod's linux.cgroup_parent", where, CgroupError)
     check_uid(pod_uid, where)

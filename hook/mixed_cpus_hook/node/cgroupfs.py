@@ -18,11 +18,14 @@ from ..core.cgroup import (
     Layout,
     Quota,
     compute_cgroup_matches,
+    compute_lexical_roots,
     compute_spec_cgroup,
     cpuset_file,
     effective_file,
+    is_lexically_below,
     is_pod_dir_name,
     normalize_cgroup_path,
+    parse_mountinfo,
     parse_proc_cgroup,
     parse_quota_v2,
     quota_file,
@@ -35,8 +38,29 @@ if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
-def read_layout(cgroup_root: str = "/sys/fs/cgroup") -> Layout:
-    """Detect v1 (or hybrid) versus v2 from what is mounted at ``cgroup_root``."""
+def read_layout(cgroup_root: str = "/sys/fs/cgroup", mountinfo: Optional[str] = None) -> Layout:
+    """Detect v1 (or hybrid) versus v2 from what is mounted at ``cgroup_root``.
+
+    With ``mountinfo`` (a resident process: /proc/self/mountinfo, read once) the layout also says
+    which controller roots are cgroup file systems with nothing mounted below (Layout.lexical):
+    paths there are taken as spelled, without a stat per use. A container start does not read it.
+    """
+    layout = _read_layout(cgroup_root)
+    if mountinfo is None:
+        return layout
+    from .files import FileRefused, read_regular_file
+
+    try:
+        text = read_regular_file(mountinfo, MAX_MOUNTINFO_BYTES).decode("utf-8", "replace")
+    except (OSError, FileRefused):
+        return layout  # every path is resolved, as without
+    return layout._replace(lexical=compute_lexical_roots(parse_mountinfo(text), (layout.cpuset_root, layout.cpu_root)))
+
+
+MAX_MOUNTINFO_BYTES = 16 << 20
+
+
+def _read_layout(cgroup_root: str) -> Layout:
     root = os.path.realpath(cgroup_root)
     cpuset_v1 = os.path.join(root, "cpuset")
     if os.path.isfile(os.path.join(cpuset_v1, "cpuset.cpus")):
@@ -113,8 +137,15 @@ def forget_resolved(*paths: str) -> None:
         _RESOLVED.pop(path, None)
 
 
-def resolve_inside_root(root: str, path: str, what: str) -> str:
-    """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link."""
+def resolve_inside_root(root: str, path: str, what: str, lexical: Tuple[str, ...] = ()) -> str:
+    """Resolve ``path`` and refuse it unless it is ``root`` or below it; the message names the link.
+
+    A path of plain names below one of the ``lexical`` roots (Layout.lexical: a cgroup file system,
+    which holds no link) is what it spells: returned as it is.
+    """
+    for base in lexical:
+        if is_lexically_below(base, path):
+            return path
     real = _realpath(path)
     if not _is_below(root, real):
         link = find_link(path)
@@ -140,12 +171,12 @@ def find_link(path: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def join_inside_root(base: str, rel: str, what: str, root: str) -> str:
+def join_inside_root(base: str, rel: str, what: str, root: str, lexical: Tuple[str, ...] = ()) -> str:
     """``base/rel`` resolved (resolve_inside_root); a ``rel`` with "." or ".." parts is refused."""
     parts = [p for p in rel.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise CgroupError(f"{what} {rel!r} climbs out of its hierarchy", root)
-    return resolve_inside_root(root, os.path.join(base, *parts), what)
+    return resolve_inside_root(root, os.path.join(base, *parts), what, lexical)
 
 
 def _crun_parent(path: str, container_id: str) -> str:
@@ -194,8 +225,8 @@ def locate_container(layout: Layout, container_id: str, pid: int, cgroups_path: 
         named = f" (linux.cgroupsPath names {cgroups_path})" if cgroups_path else ""
         raise CgroupError(f"the container is in the root cgroup; refusing to change the whole node{named}", how)
     dirs = Dirs(
-        join_inside_root(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root),
-        join_inside_root(layout.cpu_root, rel_cpu, "container cgroup", layout.root),
+        join_inside_root(layout.cpuset_root, rel_cpuset, "container cgroup", layout.root, layout.lexical),
+        join_inside_root(layout.cpu_root, rel_cpu, "container cgroup", layout.root, layout.lexical),
     )
     if text is not None:
         _check_same_cgroup(found, cgroups_path, container_id, pid, how, spec_where)

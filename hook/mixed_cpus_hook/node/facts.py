@@ -156,7 +156,9 @@ def _read_layout(config: Config, cache: Optional[FactsCache]) -> Layout:
         return cg.read_layout(config.cgroup_root)
     hit, value = cache.get("layout", config.cgroup_root)
     if not hit:
-        value = cg.read_layout(config.cgroup_root)
+        # A resident process reads the mounts once: paths on cgroup file systems then need no stat
+        # per event (Layout.lexical).
+        value = cg.read_layout(config.cgroup_root, mountinfo=os.path.join(config.proc_root, "self", "mountinfo"))
         cache.put("layout", config.cgroup_root, value)
     return value
 

@@ -29,6 +29,7 @@ from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
 from ..core.model import MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member, PodRecord
 from ..core.quota import MCPU, QuotaState
+from ..node.files import FileRefused, read_regular_file
 from ..core.validate import ID_PATTERN, NAME_PATTERN, is_cpulist_text, is_plain_name, is_timestamp_text
 
 TYPE_CHECKING = False
@@ -356,8 +357,6 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
     _check_dir(os.path.join(state_dir, kind))
-    from ..node.files import FileRefused, read_regular_file
-
     try:
         return read_regular_file(path, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
@@ -640,8 +639,6 @@ def save_pool_snapshot(state_dir: str, doc: Dict[str, Any]) -> str:
 
 def load_pool_snapshot(state_dir: str) -> Optional[Dict[str, Any]]:
     """The pool's placements as the plugin last wrote them; None when there are none (not pool mode)."""
-    from ..node.files import FileRefused, read_regular_file
-
     path = os.path.join(state_dir, POOL_FILE)
     try:
         doc = json.loads(read_regular_file(path, MAX_RECORD_BYTES * 16, follow=False))

@@ -22,7 +22,7 @@ import time
 
 from ..core.cgroup import Dirs, Layout, Quota, compute_pod_matches, cpuset_file, format_quota, quota_file
 from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
-from ..core.bounds import MAX_QUOTA
+from ..core.bounds import MAX_QUOTA, quote
 from ..core.errors import CgroupError, HookError, KubeletStateError, PolicyError, RecordError, WriteError
 from ..core.desired import Desired, compute_pod_quota
 from ..core.model import ContainerRecord, Identity, Member, PodRecord
@@ -33,6 +33,7 @@ from ..node.facts import NodeFacts
 from ..store.records import (
     container_exists,
     delete_record,
+    list_records,
     load_container,
     load_pod,
     record_path,
@@ -112,7 +113,8 @@ def inside(layout: Layout, dirs: Optional[Dirs], what: str) -> Optional[Dirs]:
     """A record's cgroup dirs, resolved, refused unless below the cgroup root (records are input)."""
     if dirs is None:
         return None
-    return Dirs(cg.resolve_inside_root(layout.root, dirs.cpuset, what), cg.resolve_inside_root(layout.root, dirs.cpu, what))
+    return Dirs(cg.resolve_inside_root(layout.root, dirs.cpuset, what, layout.lexical),
+                cg.resolve_inside_root(layout.root, dirs.cpu, what, layout.lexical))
 
 
 def exists(dirs: Optional[Dirs]) -> bool:
@@ -299,8 +301,6 @@ def read_held_cpus(state_dir: str, cid: str) -> Dict[str, FrozenSet[int]]:
     """The exclusive CPUs of every other live recorded container, by id: records being released,
     records whose cgroup is gone (reconcile forgets them) and broken records hold nothing.
     The caller holds the state lock."""
-    from ..store.records import list_records
-
     held: Dict[str, FrozenSet[int]] = {}
     for other in list_records(state_dir, "containers"):
         if other == cid:
@@ -335,8 +335,6 @@ def require_free(state_dir: str, cid: str, cpus: FrozenSet[int], where: str) -> 
     """Without kubelet's checkpoint: exclusive CPUs taken from the runtime's cpuset must be held by
     no other live recorded container (kubelet never gives one CPU to two containers; a cpuset that
     says otherwise is not kubelet's)."""
-    from ..core.bounds import quote
-
     held = read_held_cpus(state_dir, cid)
     taken = {other: c & cpus for other, c in held.items() if c & cpus}
     if taken:

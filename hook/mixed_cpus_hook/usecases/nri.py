@@ -81,8 +81,8 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     inside the cgroup of the pod ``pod_uid`` (core.cgroup.compute_nri_cgroup)."""
     where = f"container {facts.id}"
     rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
-    dirs = Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root),
-                cg.join_inside_root(layout.cpu_root, rel, "container cgroup", layout.root))
+    dirs = Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root, layout.lexical),
+                cg.join_inside_root(layout.cpu_root, rel, "container cgroup", layout.root, layout.lexical))
     pod = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
     if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):  # a symbolic link on the way
         raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
