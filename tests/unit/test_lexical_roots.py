@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import pytest
 
@@ -112,3 +112,67 @@ def test_read_layout_reads_the_mounts_only_when_asked(tmp_path: Path) -> None:
     assert set(layout.lexical) <= {plain.cpuset_root, plain.cpu_root} and layout.lexical
     missing = cg.read_layout("/sys/fs/cgroup", mountinfo=str(tmp_path / "none"))
     assert missing.lexical == ()
+
+
+@pytest.fixture
+def real_cpu_cgroup() -> Any:
+    """A cgroup of this machine's cgroup v1 cpu hierarchy (removed after), with the plugin's layout."""
+    layout = cg.read_layout("/sys/fs/cgroup", mountinfo="/proc/self/mountinfo")
+    if os.geteuid() != 0 or layout.version != 1 or layout.cpu_root not in layout.lexical:
+        pytest.skip("needs root and a cgroup v1 cpu hierarchy mounted as a cgroup file system")
+    made = os.path.join(layout.cpu_root, f"mch-kept-{os.getpid()}")
+    os.mkdir(made)
+    try:
+        yield layout, made
+    finally:
+        for path in [p for p in list(cg._KEPT) if p.startswith(made)]:
+            cg._close_kept(path)
+        if os.path.isdir(made):
+            os.rmdir(made)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_kept_descriptors_read_fresh_values_and_go_with_their_cgroup(real_cpu_cgroup: Any) -> None:
+    layout, made = real_cpu_cgroup
+    quota = os.path.join(made, "cpu.cfs_quota_us")
+    assert cg.read_quota(layout, made).quota is None  # -1: unlimited
+    assert quota in cg._KEPT and os.path.join(made, "cpu.cfs_period_us") in cg._KEPT
+    cg.write_text(quota, "50000")  # another descriptor writes: a pread at 0 sees it
+    assert cg.read_quota(layout, made).quota == 50000
+    assert cg.read_text_in(layout, quota) == "50000"
+    fds = open_fds()
+    cg.forget_kept(made)
+    assert [p for p in cg._KEPT if p.startswith(made)] == [] and open_fds() == fds - 2
+    cg.read_quota(layout, made)
+    os.rmdir(made)  # kubelet removes the pod: the kept descriptors fail, are dropped, and the read says why
+    with pytest.raises(CgroupError, match="cannot read"):
+        cg.read_quota(layout, made)
+    assert [p for p in cg._KEPT if p.startswith(made)] == []
+
+
+def test_kept_descriptors_are_bounded(real_cpu_cgroup: Any) -> None:
+    layout, made = real_cpu_cgroup
+    dirs = [os.path.join(made, f"p{i}") for i in range(cg.MAX_KEPT)]
+    try:
+        for d in dirs:
+            os.mkdir(d)
+            cg.read_quota(layout, d)
+        assert len(cg._KEPT) <= cg.MAX_KEPT
+    finally:
+        for d in dirs:
+            cg.forget_kept(d)
+            if os.path.isdir(d):
+                os.rmdir(d)
+
+
+def test_paths_off_cgroup_file_systems_are_read_each_time(tmp_path: Path) -> None:
+    """A fake node's files (no lexical root) are opened and read every time, never kept."""
+    layout = cg.Layout(1, str(tmp_path), str(tmp_path / "cpuset"), str(tmp_path / "cpu"))
+    (tmp_path / "cpu" / "pod1").mkdir(parents=True)
+    (tmp_path / "cpu" / "pod1" / "cpu.cfs_quota_us").write_text("100000\n")
+    (tmp_path / "cpu" / "pod1" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cg.read_quota(layout, str(tmp_path / "cpu" / "pod1")).quota == 100000
+    assert not any(p.startswith(str(tmp_path)) for p in cg._KEPT)

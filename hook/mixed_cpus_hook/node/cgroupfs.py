@@ -309,13 +309,62 @@ def read_effective_cpus(layout: Layout, d: str) -> FrozenSet[int]:
     return parse_cpulist(read_text(path), path)
 
 
+# Read descriptors kept open, for the quota files of pods a resident process reads on every event of
+# their containers (read_quota, verify): on a cgroup file system (Layout.lexical) a pread at offset 0
+# regenerates the file's content, so one system call replaces three. A descriptor of a removed
+# cgroup fails (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at most
+# MAX_KEPT, the oldest closed first.
+_KEPT: Dict[str, int] = {}
+MAX_KEPT = 64
+
+
+def read_text_in(layout: Layout, path: str) -> str:
+    """read_text, through a kept descriptor when ``path`` is on a cgroup file system (Layout.lexical)."""
+    if not any(is_lexically_below(base, path) for base in layout.lexical):
+        return read_text(path)
+    fd = _KEPT.get(path)
+    if fd is not None:
+        try:
+            return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
+        except OSError:
+            forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CgroupError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        text = os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
+    except OSError as exc:
+        os.close(fd)
+        raise CgroupError(f"cannot read: {exc.strerror}", path) from None
+    if len(_KEPT) >= MAX_KEPT:
+        _close_kept(next(iter(_KEPT)))
+    _KEPT[path] = fd
+    return text
+
+
+def _close_kept(path: str) -> None:
+    fd = _KEPT.pop(path, None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def forget_kept(cgroup_dir: str) -> None:
+    """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone)."""
+    for path in [p for p in _KEPT if os.path.dirname(p) == cgroup_dir]:
+        _close_kept(path)
+
+
 def read_quota(layout: Layout, d: str) -> Quota:
     path = quota_file(layout, d)
     if layout.version == 2:
-        return parse_quota_v2(read_text(path), path)
+        return parse_quota_v2(read_text_in(layout, path), path)
     try:
-        quota = int(read_text(path))
-        period = int(read_text(os.path.join(d, "cpu.cfs_period_us")))
+        quota = int(read_text_in(layout, path))
+        period = int(read_text_in(layout, os.path.join(d, "cpu.cfs_period_us")))
     except ValueError:
         raise CgroupError("unexpected content in the CFS quota or period", d) from None
     return Quota(None if quota < 0 else quota, period)

@@ -151,7 +151,7 @@ def execute(layout: Layout, writes: Sequence[Write], dirs: Optional[Dirs], desir
 def verify(layout: Layout, writes: Sequence[Write], dirs: Optional[Dirs], desired: FrozenSet[int]) -> None:
     """Read back every written file; on v2 the effective cpuset must be what we asked for."""
     for w in writes:
-        got = cg.read_text(w.path)
+        got = cg.read_text_in(layout, w.path)
         if w.path.endswith("cpuset.cpus"):
             same = parse_cpulist(got, w.path) == parse_cpulist(w.new, w.path)
         else:

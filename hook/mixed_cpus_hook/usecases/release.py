@@ -75,6 +75,8 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
             save_pod(state_dir, pod_rec._replace(members=members))
         else:
             delete_record(state_dir, "pods", pod_rec.key)
+            if pod is not None:
+                cg.forget_kept(pod.cpu)
         return []
     current = cg.read_quota(layout, pod.cpu)
     write, target = compute_release(layout, pod, current, pod_rec.quota, [m.share_mcpu for m in members])
@@ -92,6 +94,7 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
         save_pod(state_dir, pod_rec._replace(members=members, quota=compute_settled(target)))
     else:
         delete_record(state_dir, "pods", pod_rec.key)
+        cg.forget_kept(pod.cpu)
     return describe((write,)) if write is not None else []
 
 
