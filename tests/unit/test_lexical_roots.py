@@ -176,3 +176,25 @@ def test_paths_off_cgroup_file_systems_are_read_each_time(tmp_path: Path) -> Non
     (tmp_path / "cpu" / "pod1" / "cpu.cfs_period_us").write_text("100000\n")
     assert cg.read_quota(layout, str(tmp_path / "cpu" / "pod1")).quota == 100000
     assert not any(p.startswith(str(tmp_path)) for p in cg._KEPT)
+
+
+def test_online_cpus_on_sysfs_through_a_kept_descriptor(tmp_path: Path) -> None:
+    """The plugin reads the online CPUs every event: on sysfs with one pread of a kept descriptor;
+    a fake node's file (not on sysfs) is opened and read each time, so a change is seen at once."""
+    from mixed_cpus_hook.node.config import read_online_text
+    from mixed_cpus_hook.node.facts import FactsCache
+
+    cache = FactsCache()
+    real = "/sys/devices/system/cpu/online"
+    if os.path.isfile(real):
+        assert cache.read_sysfs_text(real, "/proc") == read_online_text(real)
+        assert cache._sysfs[real] is not None  # kept
+        assert cache.read_sysfs_text(real, "/proc") == read_online_text(real)
+    fake = tmp_path / "online"
+    fake.write_text("0-3\n")
+    assert cache.read_sysfs_text(str(fake), "/proc") == "0-3\n"
+    assert cache._sysfs[str(fake)] is None
+    fake.write_text("0-1\n")
+    assert cache.read_sysfs_text(str(fake), "/proc") == "0-1\n"
+    no_proc = FactsCache()
+    assert no_proc.read_sysfs_text(str(fake), str(tmp_path / "no-proc")) == "0-1\n"  # mountinfo unreadable: read as usual

@@ -67,6 +67,7 @@ class FactsCache:
 
     def __init__(self) -> None:
         self._entries: Dict[str, Tuple[Any, Any]] = {}
+        self._sysfs: Dict[str, Optional[int]] = {}  # path -> kept descriptor (None: not on sysfs)
         self._last: Optional[NodeFacts] = None
         self.generation = 0
 
@@ -79,6 +80,21 @@ class FactsCache:
     def put(self, name: str, key: Any, value: Any) -> None:
         self._entries[name] = (key, value)
 
+    def read_sysfs_text(self, path: str, proc_root: str) -> str:
+        """read_online_text, through a descriptor kept open when ``path`` is on sysfs (a pread at
+        offset 0 makes sysfs show the value again: one system call for three). Whether it is, is
+        asked of /proc/self/mountinfo once; a fake node's file (not on sysfs) is read as usual."""
+        fd = self._sysfs.get(path)
+        if fd is None and path not in self._sysfs:
+            self._sysfs[path] = fd = _open_if_sysfs(path, proc_root)
+        if fd is not None:
+            try:
+                return os.pread(fd, 65536, 0).decode("ascii").replace("\r\n", "\n").replace("\r", "\n")
+            except (OSError, UnicodeDecodeError):
+                os.close(fd)
+                self._sysfs[path] = None  # read as usual from now on (and the error said there)
+        return read_online_text(path)
+
     def settle(self, facts: NodeFacts) -> NodeFacts:
         """``facts`` with this cache's generation, bumped when anything differs from the last read."""
         last = self._last
@@ -87,6 +103,26 @@ class FactsCache:
         out = facts._replace(generation=self.generation)
         self._last = out
         return out
+
+
+def _open_if_sysfs(path: str, proc_root: str) -> Optional[int]:
+    """A read descriptor of ``path`` when the mount that holds it is sysfs, else None."""
+    from ..core.cgroup import parse_mountinfo
+    from .files import FileRefused, read_regular_file
+
+    try:
+        mounts = parse_mountinfo(read_regular_file(os.path.join(proc_root, "self", "mountinfo"), 16 << 20)
+                                 .decode("utf-8", "replace"))
+    except (OSError, FileRefused):
+        return None
+    holder = max((m for m in mounts if path == m[0] or path.startswith(m[0].rstrip("/") + "/")),
+                 key=lambda m: len(m[0]), default=None)
+    if holder is None or holder[1] != "sysfs":
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 def read_checkpoint(config: Config, cache: Optional[FactsCache] = None) -> Tuple[Optional[Checkpoint], str]:
@@ -143,7 +179,7 @@ def _read_online(config: Config, cache: Optional[FactsCache]) -> FrozenSet[int]:
     if cache is None:
         return read_online_cpus(config.sys_root)
     path = online_file(config.sys_root)
-    text = read_online_text(path)
+    text = cache.read_sysfs_text(path, config.proc_root)
     hit, value = cache.get("online", text)
     if not hit:
         value = parse_cpulist(text, path)

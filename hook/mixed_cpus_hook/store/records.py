@@ -85,7 +85,11 @@ def record_path(state_dir: str, kind: str, name: str) -> str:
 
 def _check_dir(path: str) -> None:
     """Refuse a state subdirectory that is a symlink (records would land wherever it points)."""
-    if os.path.islink(path):
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return  # not there (yet): the read or write that follows says so
+    if link:
         raise RecordError(f"is a symbolic link to {os.path.realpath(path)}; refusing to follow it", path)
 
 

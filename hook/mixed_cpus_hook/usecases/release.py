@@ -58,6 +58,7 @@ def release_locked(state_dir: str, layout: Layout, cid: str, reporter: Reporter,
     delete_record(state_dir, "containers", cid)
     if rec.cgroup is not None:
         cg.forget_resolved(rec.cgroup.cpuset, rec.cgroup.cpu)
+        cg.forget_kept(rec.cgroup.cpu)
     if rec.mode == "hook":
         mark_pending(state_dir, cid)  # the sync stops its watch unit (hook mode's systemd units)
     for line in lines:
