@@ -440,3 +440,48 @@ def test_a_remembered_record_is_used_only_while_the_file_is_the_one_saved(
         assert got is saved
     else:
         assert got is not None and got.created.startswith("2026-01-02"), got
+
+
+def test_a_state_directory_removed_and_made_again_is_opened_again(tmp_path: Path) -> None:
+    """The kept descriptor of a removed directory (an administrator cleaned /run) is not written through."""
+    import shutil
+
+    from mixed_cpus_hook.store import records
+
+    state = tmp_path / "state"
+    rec = records.parse_container_record(container_doc("c1"), "c1", "x")
+    records.save_container(str(state), rec)
+    shutil.rmtree(state)
+    assert records.load_container(str(state), "c1") is None  # the directory is gone: no record
+    records.save_container(str(state), rec)
+    assert os.listdir(state / "containers") == ["c1.json"]
+    assert records.delete_record(str(state), "containers", "c1") and os.listdir(state / "containers") == []
+
+
+def test_a_kept_state_directory_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from mixed_cpus_hook.store import records
+
+    state = tmp_path / "state"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rec = records.parse_container_record(container_doc("c1"), "c1", "x")
+    records.save_container(str(state), rec)
+    shutil.rmtree(state / "containers")
+    os.symlink(elsewhere, state / "containers")
+    with pytest.raises(RecordError, match="is a symbolic link to .*refusing to follow it"):
+        records.save_container(str(state), rec)
+    with pytest.raises(RecordError, match="is a symbolic link to .*refusing to follow it"):
+        records.load_container(str(state), "c1")
+    assert os.listdir(elsewhere) == []
+
+
+def test_kept_state_directories_are_bounded(tmp_path: Path) -> None:
+    from mixed_cpus_hook.store import records
+
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(3 * records.MAX_DIRS):
+        records.save_document(str(tmp_path / f"s{i}"), "containers", "c1", container_doc("c1"))
+    assert len(records._DIRS) <= records.MAX_DIRS
+    assert len(os.listdir("/proc/self/fd")) <= before + records.MAX_DIRS

@@ -13,7 +13,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Type
+    from typing import Any, Optional, Type
 
     from ..core.errors import HookError
 
@@ -26,15 +26,15 @@ class FileRefused(ValueError):
     """The file exists but is not a regular file, or is larger than the limit; the message says which."""
 
 
-def read_regular_file(path: str, limit: int, follow: bool = True) -> bytes:
+def read_regular_file(path: str, limit: int, follow: bool = True, dir_fd: Optional[int] = None) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes.
 
     Raises FileNotFoundError or another OSError as open/read do (ELOOP for a symlink when
     ``follow`` is false), FileRefused otherwise. Opened non-blocking so that a FIFO is seen
     (by fstat) instead of waited on; a file that grows while it is read is refused once more
-    than ``limit`` bytes came.
+    than ``limit`` bytes came. ``dir_fd``: ``path`` is relative to that directory (openat).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):  # read(2) would say so: keep the usual "Is a directory"

@@ -93,6 +93,53 @@ def _check_dir(path: str) -> None:
         raise RecordError(f"is a symbolic link to {os.path.realpath(path)}; refusing to follow it", path)
 
 
+# The state subdirectories ("containers", "pods") as descriptors, opened without following a link
+# and kept: each record is then opened, renamed and removed by its name in the directory (openat,
+# renameat, unlinkat), without walking the state directory's path and checking it for a link on
+# every access. A directory removed since (an administrator cleaned /run) has no links left
+# (st_nlink 0): it is opened again by its path, checked again. At most MAX_DIRS are kept.
+_DIRS: Dict[str, int] = {}
+MAX_DIRS = 8
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _dir_fd(folder: str, create: bool = False) -> Optional[int]:
+    """The kept descriptor of state subdirectory ``folder``; None when it does not exist and
+    ``create`` is false. A symbolic link there is refused (RecordError), as _check_dir does."""
+    fd = _DIRS.get(folder)
+    if fd is not None:
+        try:
+            if os.fstat(fd).st_nlink > 0:
+                return fd
+        except OSError:
+            pass
+        _close_dir(folder)
+    try:
+        try:
+            fd = os.open(folder, DIR_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                return None
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            fd = os.open(folder, DIR_FLAGS)
+    except OSError as exc:
+        _check_dir(folder)  # a link: says so and where it points
+        raise RecordError(f"cannot open the directory: {exc.strerror}", folder) from None
+    if len(_DIRS) >= MAX_DIRS:
+        _close_dir(next(iter(_DIRS)))
+    _DIRS[folder] = fd
+    return fd
+
+
+def _close_dir(folder: str) -> None:
+    fd = _DIRS.pop(folder, None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 # -- parse (validate) and format: pure ---------------------------------------------------------
 
 
@@ -360,9 +407,12 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 
 
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
-    _check_dir(os.path.join(state_dir, kind))
+    folder, name = os.path.split(path)
+    fd = _dir_fd(folder)
+    if fd is None:
+        return None
     try:
-        return read_regular_file(path, MAX_RECORD_BYTES, follow=False)
+        return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
     except FileNotFoundError:
         return None
     except FileRefused as exc:
@@ -417,9 +467,10 @@ def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[byt
     (None, None) when there is no file (and nothing is remembered for it any more)."""
     hit = _PARSED.get(path)
     if hit is not None and hit[2] is not None:
-        _check_dir(os.path.dirname(path))
+        folder, name = os.path.split(path)
+        fd = _dir_fd(folder)
         try:
-            st = os.lstat(path)
+            st = None if fd is None else os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError:
             st = None  # gone, or unreadable: the read below says which
         if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == hit[2]:
@@ -480,26 +531,31 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
     folder = os.path.dirname(path)
-    _check_dir(folder)
-    data, key = _write_whole(path, os.path.join(folder, f".{name}.{os.getpid()}.tmp"), doc)
+    fd = _dir_fd(folder, create=True)
+    data, key = _write_whole(path, f".{name}.{os.getpid()}.tmp", doc, fd)
     return path, data, key
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> Tuple[bytes, Tuple[int, int, int]]:
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None
+                 ) -> Tuple[bytes, Tuple[int, int, int]]:
     """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
 
-    One line (json's C encoder; an indented dump runs in Python), keys sorted. The folder is
-    made only when the first open says it is missing. Returns the bytes and the file's identity
-    (inode, size, modification time: a rename changes none of them).
+    One line (json's C encoder; an indented dump runs in Python), keys sorted. With ``dir_fd``
+    (the folder's kept descriptor) ``tmp`` is a name in it and ``path``'s name is used there;
+    without, the folder is made only when the first open says it is missing. Returns the bytes
+    and the file's identity (inode, size, modification time: a rename changes none of them).
     """
     data = (json.dumps(doc, sort_keys=True) + "\n").encode()
+    target = path if dir_fd is None else os.path.basename(path)
     try:
         try:
-            fd = os.open(tmp, WRITE_FLAGS, 0o644)
+            fd = os.open(tmp, WRITE_FLAGS, 0o644, dir_fd=dir_fd)
         except FileNotFoundError:
+            if dir_fd is not None:
+                raise
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
             fd = os.open(tmp, WRITE_FLAGS, 0o644)
         try:
@@ -508,10 +564,10 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> Tuple[bytes, Tuple
             key = _identity(os.fstat(fd))
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError as exc:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise RecordError(f"cannot write: {exc.strerror}", path) from None
@@ -537,8 +593,12 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     """Forget a record; True if there was one."""
     path = record_path(state_dir, kind, name)
     _PARSED.pop(path, None)
+    folder, base = os.path.split(path)
+    fd = _dir_fd(folder)
+    if fd is None:
+        return False
     try:
-        os.unlink(path)
+        os.unlink(base, dir_fd=fd)
         return True
     except FileNotFoundError:
         return False
@@ -548,7 +608,12 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
 
 def container_exists(state_dir: str, cid: str) -> bool:
     """Whether a container record file is there (a pod member counts only while it is)."""
-    return os.path.lexists(record_path(state_dir, "containers", cid))
+    folder, name = os.path.split(record_path(state_dir, "containers", cid))
+    fd = _dir_fd(folder)
+    try:
+        return fd is not None and bool(os.stat(name, dir_fd=fd, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[str]:
