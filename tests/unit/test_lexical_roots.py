@@ -138,15 +138,17 @@ def open_fds() -> int:
 def test_kept_descriptors_read_fresh_values_and_go_with_their_cgroup(real_cpu_cgroup: Any) -> None:
     layout, made = real_cpu_cgroup
     quota = os.path.join(made, "cpu.cfs_quota_us")
-    assert cg.read_quota(layout, made).quota is None  # -1: unlimited
+    assert cg.read_quota(layout, made).quota is None  # -1: unlimited; a container's: nothing kept
+    assert quota not in cg._KEPT
+    assert cg.read_quota(layout, made, keep=True).quota is None  # a pod's: kept
     assert quota in cg._KEPT and os.path.join(made, "cpu.cfs_period_us") in cg._KEPT
     cg.write_text(quota, "50000")  # another descriptor writes: a pread at 0 sees it
-    assert cg.read_quota(layout, made).quota == 50000
+    assert cg.read_quota(layout, made, keep=True).quota == 50000
     assert cg.read_text_in(layout, quota) == "50000"
     fds = open_fds()
     cg.forget_kept(made)
     assert [p for p in cg._KEPT if p.startswith(made)] == [] and open_fds() == fds - 2
-    cg.read_quota(layout, made)
+    cg.read_quota(layout, made, keep=True)
     os.rmdir(made)  # kubelet removes the pod: the kept descriptors fail, are dropped, and the read says why
     with pytest.raises(CgroupError, match="cannot read"):
         cg.read_quota(layout, made)
@@ -159,7 +161,7 @@ def test_kept_descriptors_are_bounded(real_cpu_cgroup: Any) -> None:
     try:
         for d in dirs:
             os.mkdir(d)
-            cg.read_quota(layout, d)
+            cg.read_quota(layout, d, keep=True)
         assert len(cg._KEPT) <= cg.MAX_KEPT
     finally:
         for d in dirs:
@@ -174,7 +176,7 @@ def test_paths_off_cgroup_file_systems_are_read_each_time(tmp_path: Path) -> Non
     (tmp_path / "cpu" / "pod1").mkdir(parents=True)
     (tmp_path / "cpu" / "pod1" / "cpu.cfs_quota_us").write_text("100000\n")
     (tmp_path / "cpu" / "pod1" / "cpu.cfs_period_us").write_text("100000\n")
-    assert cg.read_quota(layout, str(tmp_path / "cpu" / "pod1")).quota == 100000
+    assert cg.read_quota(layout, str(tmp_path / "cpu" / "pod1"), keep=True).quota == 100000
     assert not any(p.startswith(str(tmp_path)) for p in cg._KEPT)
 
 

@@ -318,16 +318,17 @@ _KEPT: Dict[str, int] = {}
 MAX_KEPT = 64
 
 
-def read_text_in(layout: Layout, path: str) -> str:
-    """read_text, through a kept descriptor when ``path`` is on a cgroup file system (Layout.lexical)."""
-    if not any(is_lexically_below(base, path) for base in layout.lexical):
-        return read_text(path)
+def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
+    """read_text, through the descriptor kept for ``path`` if there is one; with ``keep`` (a pod's
+    file) one is kept from now on when ``path`` is on a cgroup file system (Layout.lexical)."""
     fd = _KEPT.get(path)
     if fd is not None:
         try:
             return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
         except OSError:
             forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
+    if not keep or not any(is_lexically_below(base, path) for base in layout.lexical):
+        return read_text(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -358,13 +359,15 @@ def forget_kept(cgroup_dir: str) -> None:
         _close_kept(path)
 
 
-def read_quota(layout: Layout, d: str) -> Quota:
+def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
+    """The CFS quota and period of cgroup ``d``; ``keep``: a pod's, read on every event of its
+    containers (read_text_in keeps the descriptors)."""
     path = quota_file(layout, d)
     if layout.version == 2:
-        return parse_quota_v2(read_text_in(layout, path), path)
+        return parse_quota_v2(read_text_in(layout, path, keep), path)
     try:
-        quota = int(read_text_in(layout, path))
-        period = int(read_text_in(layout, os.path.join(d, "cpu.cfs_period_us")))
+        quota = int(read_text_in(layout, path, keep))
+        period = int(read_text_in(layout, os.path.join(d, "cpu.cfs_period_us"), keep))
     except ValueError:
         raise CgroupError("unexpected content in the CFS quota or period", d) from None
     return Quota(None if quota < 0 else quota, period)

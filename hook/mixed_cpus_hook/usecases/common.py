@@ -124,7 +124,7 @@ def exists(dirs: Optional[Dirs]) -> bool:
 def observe(layout: Layout, dirs: Dirs, pod: Optional[Dirs]) -> Observed:
     """Read the current values a plan may touch."""
     anc = tuple((d, cg.read_requested_cpus(layout, d)) for d in cg.ancestors(layout, dirs.cpuset))
-    pod_quota = cg.read_quota(layout, pod.cpu) if pod is not None else None
+    pod_quota = cg.read_quota(layout, pod.cpu, keep=True) if pod is not None else None
     return Observed(cg.read_cpus(layout, dirs.cpuset), cg.read_quota(layout, dirs.cpu), pod_quota, anc)
 
 

@@ -182,7 +182,7 @@ class NriEngine:
         layout = node.layout
         key = pod_key_of(pod)
         prev_pod = load_pod(self.state_dir, key) if key else None
-        observed = cg.read_quota(layout, pod.cpu) if pod is not None else None
+        observed = cg.read_quota(layout, pod.cpu, keep=True) if pod is not None else None
         share = decide_pod_share(cid, desired, live_members(self.state_dir, prev_pod, keep=cid), observed, prev_pod,
                                  prev)
         pod_write = None

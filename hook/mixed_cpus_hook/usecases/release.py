@@ -79,7 +79,7 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
             if pod is not None:
                 cg.forget_kept(pod.cpu)
         return []
-    current = cg.read_quota(layout, pod.cpu)
+    current = cg.read_quota(layout, pod.cpu, keep=True)
     write, target = compute_release(layout, pod, current, pod_rec.quota, [m.share_mcpu for m in members])
     if members:
         pending = pod_rec._replace(members=members, quota=target)
