@@ -77,6 +77,18 @@ def _serve_bundle() -> None:
         def exec_module(cls, module: object) -> None:
             exec(cls.served[module.__name__][4], module.__dict__)  # type: ignore[attr-defined]
 
+        @classmethod
+        def get_code(cls, fullname: str) -> object:  # runpy (python -m) asks the loader for it
+            return cls.served[fullname][4]
+
+        @classmethod
+        def is_package(cls, fullname: str) -> bool:
+            return bool(cls.served[fullname][1])
+
+        @staticmethod
+        def get_source(fullname: str) -> None:  # tracebacks read the file the code names
+            return None
+
     sys.meta_path.insert(0, BundleFinder)  # type: ignore[arg-type]
 
 

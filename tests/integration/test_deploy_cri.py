@@ -234,6 +234,16 @@ def test_plugin_pod_runs_with_least_privilege_and_mixes_a_workload(deploy):
     pod, cid = deploy.workload()
     assert_mixed(deploy, pod, cid)
     assert deploy.kube.inside(cid) == MIXED_INSIDE
+    # `kubectl logs` of the plugin (its container's stderr, as the runtime keeps it): nothing listens
+    # on /dev/log in the pod, so every line goes there, the registration and the admission too.
+    # (The runtime writes the container's log as it reads the pipe: a line may take a moment.)
+    admitted = f"container {cid} (mixed-ns/"
+    deadline = time.monotonic() + 10
+    while admitted not in deploy.plugin_log(plugin) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = deploy.plugin_log(plugin)
+    assert "nri: registered as 10-mixed-cpus-hook" in log, log
+    assert admitted in log and "mixed CPUs" in log, log
     # kubelet's CPU manager rewrite, intercepted: the cgroup never holds the exclusive-only set.
     w = rewrite_and_watch(deploy, pod, cid, [{"cpus": EXCLUSIVE}] * 2)
     assert w["cpus"].values() == {MIXED}, w["cpus"].seen

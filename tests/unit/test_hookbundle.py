@@ -172,6 +172,21 @@ def test_status_of_a_current_bundle_and_tracebacks_name_the_installed_files(fast
     assert out == ["/usr/lib/python3.9/site-packages/mixed_cpus_hook/core/cpuset.py", str(pkg / "core" / "cpuset.py")]
 
 
+def test_a_bundled_module_runs_with_python_m(fast_tmp: Path) -> None:
+    """runpy (``python -m``) asks the loader for the code: the finder gives it (and is_package)."""
+    site = fast_tmp / "site"
+    install(site)
+    out = subprocess.run([sys.executable, "-I", "-S", "-c",
+                          "import sys; sys.path.insert(0, sys.argv[1]); import importlib.util, runpy;"
+                          " spec = importlib.util.find_spec('mixed_cpus_hook.core.cpuset');"
+                          " print(spec.loader.__name__, spec.loader.is_package(spec.name),"
+                          " spec.loader.is_package('mixed_cpus_hook.core'));"
+                          " g = runpy.run_module('mixed_cpus_hook.core.cpuset', run_name='not_main');"
+                          " print(g['format_cpulist'](frozenset({0, 1, 2, 5})))", str(site)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["BundleFinder", "False", "True", "0-2,5"]
+
+
 def test_write_refuses_a_module_it_cannot_find(fast_tmp: Path) -> None:
     pkg = install(fast_tmp / "site", bundle=False)
     with pytest.raises(hookbundle.BundleError, match="mixed_cpus_hook.core.nothing: no source under"):

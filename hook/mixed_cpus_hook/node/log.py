@@ -70,10 +70,13 @@ class Reporter:
     """Where messages go; tests pass their own sink and stream instead of patching globals."""
 
     def __init__(self, stream: Optional[TextIO] = None, sink: Optional["SyslogSink"] = _default_sink,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, stream_is_log: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.sink = sink
         self.verbose = verbose
+        # The stream is where the log is read (the journal under systemd, ``kubectl logs`` in a
+        # pod): the lines meant for the log only (emit's to_stream=False) are written there too.
+        self.stream_is_log = stream_is_log
         self._held: Optional[List[Tuple[str, str, bool]]] = None
 
     def hold(self) -> None:
@@ -100,7 +103,7 @@ class Reporter:
             held.append((level, message, to_stream))
             return
         line = format_line(message)
-        if to_stream and (level in ("error", "warning") or self.verbose):
+        if (to_stream or self.stream_is_log) and (level in ("error", "warning") or self.verbose):
             self.stream.write(f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n")
             self.stream.flush()
         if self.sink is not None and level != "debug":

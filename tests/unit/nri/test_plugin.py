@@ -14,6 +14,7 @@ import signal
 import socket
 import struct
 import subprocess
+import io
 import sys
 import threading
 import time
@@ -490,6 +491,39 @@ def test_a_bug_outside_any_request_ends_no_process(fake_node: Callable[..., Any]
         running.finish()
 
 
+@pytest.mark.parametrize("journal, dev_log, to_stderr", [
+    (False, "socket", False),  # a host with journald: syslog, and stderr for warnings and errors
+    (True, "socket", True),  # under systemd: stderr is the journal
+    (False, "none", True),  # a DaemonSet's container: kubectl logs is stderr, nothing listens on /dev/log
+    (False, "file", True),  # /dev/log that is not a socket: nothing to send to
+], ids=["host", "systemd-unit", "container", "not-a-socket"])
+def test_plugin_lines_go_where_they_are_read(tmp_path: Path, journal: bool, dev_log: str, to_stderr: bool) -> None:
+    import socket as socketlib
+
+    from mixed_cpus_hook.frontends.cli.main import choose_plugin_reporter
+    from mixed_cpus_hook.node.log import Reporter
+
+    path = str(tmp_path / "log")
+    if dev_log == "socket":
+        listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_DGRAM)
+        listener.bind(path)
+    elif dev_log == "file":
+        Path(path).write_text("")
+    given = Reporter(stream=io.StringIO(), sink=lambda p, m: None)
+    got = choose_plugin_reporter(given, {"JOURNAL_STREAM": "8:123"} if journal else {}, dev_log=path)
+    if to_stderr:
+        assert got is not given and got.sink is None and got.verbose and got.stream is sys.stderr
+        assert got.stream_is_log  # the lines meant for the journal only are written there too
+        out = io.StringIO()
+        got.stream = out
+        got.emit("info", "container c1: mixed CPUs 0-3", to_stream=False)
+        assert out.getvalue() == "mixed-cpus-hook: container c1: mixed CPUs 0-3\n"
+    else:
+        assert got is given
+    if dev_log == "socket":
+        listener.close()
+
+
 def test_connect_warning_names_the_socket(fake_node: Callable[..., Any], fast_tmp: Path,
                                           config_cache_dir: str) -> None:
     """No runtime listening yet: the warning says which socket it tries (the first thing an admin asks)."""
@@ -497,8 +531,12 @@ def test_connect_warning_names_the_socket(fake_node: Callable[..., Any], fast_tm
     path = str(fast_tmp / "no-runtime-here.sock")
     proc = _plugin_process(node, ["nri", "--socket", path], config_cache_dir)
     with _reaped(proc):
-        line = proc.stderr.readline()
+        # Where no syslog socket is (a container, this machine) the info lines come first on stderr.
+        seen = [proc.stderr.readline() for _ in range(1)]
+        while "warning" not in seen[-1] and len(seen) < 5:
+            seen.append(proc.stderr.readline())
         err = _terminate(proc)
-    assert proc.returncode == 0, line + err
+    line = seen[-1]
+    assert proc.returncode == 0, "".join(seen) + err
     assert line.strip() == (f"mixed-cpus-hook: warning: nri: cannot connect to the runtime at {path} "
-                            "(No such file or directory); retrying"), line
+                            "(No such file or directory); retrying"), seen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import click
 
@@ -598,9 +598,7 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
     """
     from ..nri.plugin import main as run_plugin
 
-    reporter = obj.reporter
-    if os.environ.get("JOURNAL_STREAM"):  # under systemd stderr is the journal: log there once
-        reporter = Reporter(sink=None, verbose=True)
+    reporter = choose_plugin_reporter(obj.reporter, os.environ)
     try:
         code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
                           argv0=sys.argv[0] if sys.argv else "", write_timeout=write_timeout,
@@ -608,6 +606,22 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
     except HookError as exc:
         _fail(obj, exc)
     sys.exit(code)
+
+
+def choose_plugin_reporter(reporter: Reporter, environ: Mapping[str, str], dev_log: str = "/dev/log") -> Reporter:
+    """Where the resident plugin's lines go: every line (info too) to stderr, once, when stderr is
+    the log: under systemd (JOURNAL_STREAM: stderr is the journal) or where no syslog socket is
+    reachable (a DaemonSet's container: ``kubectl logs`` is stderr, and syslog would drop every
+    line); else ``reporter`` (syslog, and stderr for warnings and errors)."""
+    import stat
+
+    try:
+        syslog_there = stat.S_ISSOCK(os.stat(dev_log).st_mode)
+    except OSError:
+        syslog_there = False
+    if environ.get("JOURNAL_STREAM") or not syslog_there:
+        return Reporter(sink=None, verbose=True, stream_is_log=True)
+    return reporter
 
 
 def main(argv: Optional[List[str]] = None) -> int:
