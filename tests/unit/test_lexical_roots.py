@@ -14,7 +14,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from mixed_cpus_hook.core.cgroup import compute_lexical_roots, is_lexically_below, parse_mountinfo
+from mixed_cpus_hook.core.cgroup import compute_lexical_roots, compute_mount_type, is_lexically_below, parse_mountinfo
 from mixed_cpus_hook.core.errors import CgroupError
 from mixed_cpus_hook.node import cgroupfs as cg
 
@@ -107,17 +107,17 @@ def test_read_layout_reads_the_mounts_only_when_asked(tmp_path: Path) -> None:
         pytest.skip("no cgroup file system at /sys/fs/cgroup")
     plain = cg.read_layout("/sys/fs/cgroup")
     assert plain.lexical == ()
-    layout = cg.read_layout("/sys/fs/cgroup", mountinfo="/proc/self/mountinfo")
+    layout = cg.read_layout("/sys/fs/cgroup", mounts=cg.read_mounts())
     assert layout._replace(lexical=()) == plain
     assert set(layout.lexical) <= {plain.cpuset_root, plain.cpu_root} and layout.lexical
-    missing = cg.read_layout("/sys/fs/cgroup", mountinfo=str(tmp_path / "none"))
-    assert missing.lexical == ()
+    assert cg.read_mounts(str(tmp_path / "no-proc")) == []  # unreadable: no mounts, nothing lexical
+    assert cg.read_layout("/sys/fs/cgroup", mounts=[]).lexical == ()
 
 
 @pytest.fixture
 def real_cpu_cgroup() -> Any:
     """A cgroup of this machine's cgroup v1 cpu hierarchy (removed after), with the plugin's layout."""
-    layout = cg.read_layout("/sys/fs/cgroup", mountinfo="/proc/self/mountinfo")
+    layout = cg.read_layout("/sys/fs/cgroup", mounts=cg.read_mounts())
     if os.geteuid() != 0 or layout.version != 1 or layout.cpu_root not in layout.lexical:
         pytest.skip("needs root and a cgroup v1 cpu hierarchy mounted as a cgroup file system")
     made = os.path.join(layout.cpu_root, f"mch-kept-{os.getpid()}")
@@ -125,8 +125,7 @@ def real_cpu_cgroup() -> Any:
     try:
         yield layout, made
     finally:
-        for path in [p for p in list(cg._KEPT) if p.startswith(made)]:
-            cg._close_kept(path)
+        cg._KEPT.close_where(lambda p: p.startswith(made))
         if os.path.isdir(made):
             os.rmdir(made)
 
@@ -178,6 +177,21 @@ def test_paths_off_cgroup_file_systems_are_read_each_time(tmp_path: Path) -> Non
     (tmp_path / "cpu" / "pod1" / "cpu.cfs_period_us").write_text("100000\n")
     assert cg.read_quota(layout, str(tmp_path / "cpu" / "pod1"), keep=True).quota == 100000
     assert not any(p.startswith(str(tmp_path)) for p in cg._KEPT)
+
+
+MOUNT_TYPES = [
+    ("/sys/devices/system/cpu/online", "sysfs"),
+    ("/sys/fs/cgroup/cpu,cpuacct/kubepods", "cgroup"),
+    ("/sys/fs/cgroup", "tmpfs"),
+    ("/sys/fs/cgroupx", "sysfs"),  # beside a mount point, not below it
+    ("/mnt/with space/x", "cgroup"),
+    ("/", ""),
+]
+
+
+@pytest.mark.parametrize("path, expected", MOUNT_TYPES, ids=[p for p, _ in MOUNT_TYPES])
+def test_compute_mount_type(path: str, expected: str) -> None:
+    assert compute_mount_type(parse_mountinfo(MOUNTINFO), path) == expected
 
 
 def test_online_cpus_on_sysfs_through_a_kept_descriptor(tmp_path: Path) -> None:

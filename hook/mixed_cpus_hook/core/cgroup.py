@@ -105,6 +105,16 @@ def compute_lexical_roots(mounts: Iterable[Tuple[str, str]], roots: Iterable[str
     return tuple(out)
 
 
+def compute_mount_type(mounts: Iterable[Tuple[str, str]], path: str) -> str:
+    """The file system type of the mount that holds ``path`` (the deepest, the last of equals); ""
+    when none does."""
+    best, kind = -1, ""
+    for point, fs in mounts:
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= best:
+            best, kind = len(point), fs
+    return kind
+
+
 def is_lexically_below(base: str, path: str) -> bool:
     """``path`` is ``base/<name>/<name>...``: plain names only (no "", ".", ".." part)."""
     if not path.startswith(base) or path[len(base):len(base) + 1] != "/":

@@ -32,32 +32,37 @@ from ..core.cgroup import (
 )
 from ..core.cpuset import parse_cpulist
 from ..core.errors import CgroupError, WriteError
+from .files import FileRefused, KeptFds, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
     from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
-def read_layout(cgroup_root: str = "/sys/fs/cgroup", mountinfo: Optional[str] = None) -> Layout:
+def read_layout(cgroup_root: str = "/sys/fs/cgroup", mounts: Optional[List[Tuple[str, str]]] = None) -> Layout:
     """Detect v1 (or hybrid) versus v2 from what is mounted at ``cgroup_root``.
 
-    With ``mountinfo`` (a resident process: /proc/self/mountinfo, read once) the layout also says
-    which controller roots are cgroup file systems with nothing mounted below (Layout.lexical):
-    paths there are taken as spelled, without a stat per use. A container start does not read it.
+    With ``mounts`` (read_mounts: a resident process reads them once) the layout also says which
+    controller roots are cgroup file systems with nothing mounted below (Layout.lexical): paths
+    there are taken as spelled, without a stat per use. A container start does not read them.
     """
     layout = _read_layout(cgroup_root)
-    if mountinfo is None:
+    if not mounts:
         return layout
-    from .files import FileRefused, read_regular_file
-
-    try:
-        text = read_regular_file(mountinfo, MAX_MOUNTINFO_BYTES).decode("utf-8", "replace")
-    except (OSError, FileRefused):
-        return layout  # every path is resolved, as without
-    return layout._replace(lexical=compute_lexical_roots(parse_mountinfo(text), (layout.cpuset_root, layout.cpu_root)))
+    return layout._replace(lexical=compute_lexical_roots(mounts, (layout.cpuset_root, layout.cpu_root)))
 
 
 MAX_MOUNTINFO_BYTES = 16 << 20
+
+
+def read_mounts(proc_root: str = "/proc") -> List[Tuple[str, str]]:
+    """(mount point, file system type) of this process's mounts; none when they cannot be read
+    (then every path is resolved and every file read as without them)."""
+    try:
+        text = read_regular_file(os.path.join(proc_root, "self", "mountinfo"), MAX_MOUNTINFO_BYTES)
+    except (OSError, FileRefused):
+        return []
+    return parse_mountinfo(text.decode("utf-8", "replace"))
 
 
 def _read_layout(cgroup_root: str) -> Layout:
@@ -314,8 +319,8 @@ def read_effective_cpus(layout: Layout, d: str) -> FrozenSet[int]:
 # regenerates the file's content, so one system call replaces three. A descriptor of a removed
 # cgroup fails (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at most
 # MAX_KEPT, the oldest closed first.
-_KEPT: Dict[str, int] = {}
 MAX_KEPT = 64
+_KEPT = KeptFds(MAX_KEPT)
 
 
 def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
@@ -338,25 +343,13 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
     except OSError as exc:
         os.close(fd)
         raise CgroupError(f"cannot read: {exc.strerror}", path) from None
-    if len(_KEPT) >= MAX_KEPT:
-        _close_kept(next(iter(_KEPT)))
-    _KEPT[path] = fd
+    _KEPT.keep(path, fd)
     return text
-
-
-def _close_kept(path: str) -> None:
-    fd = _KEPT.pop(path, None)
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def forget_kept(cgroup_dir: str) -> None:
     """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone)."""
-    for path in [p for p in _KEPT if os.path.dirname(p) == cgroup_dir]:
-        _close_kept(path)
+    _KEPT.close_where(lambda path: os.path.dirname(path) == cgroup_dir)
 
 
 def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ..core.cgroup import Layout
+from ..core.cgroup import Layout, compute_mount_type
 from ..core.cpuset import format_cpulist, parse_cpulist, require_subset
 from ..core.errors import ConfigError, HookError
 from . import cgroupfs as cg
@@ -21,7 +21,7 @@ from .config import (Config, compute_pool_quota_mcpu, is_pool, load_reserved_cpu
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
+    from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
     from .kubelet import Checkpoint
 else:
@@ -68,6 +68,7 @@ class FactsCache:
     def __init__(self) -> None:
         self._entries: Dict[str, Tuple[Any, Any]] = {}
         self._sysfs: Dict[str, Optional[int]] = {}  # path -> kept descriptor (None: not on sysfs)
+        self._mounts: Optional[List[Tuple[str, str]]] = None
         self._last: Optional[NodeFacts] = None
         self.generation = 0
 
@@ -80,13 +81,20 @@ class FactsCache:
     def put(self, name: str, key: Any, value: Any) -> None:
         self._entries[name] = (key, value)
 
+    def mounts(self, proc_root: str) -> List[Tuple[str, str]]:
+        """This process's mounts, read once (cgroupfs.read_mounts): the layout's lexical roots and
+        whether the online CPUs are on sysfs are decided from them."""
+        if self._mounts is None:
+            self._mounts = cg.read_mounts(proc_root)
+        return self._mounts
+
     def read_sysfs_text(self, path: str, proc_root: str) -> str:
         """read_online_text, through a descriptor kept open when ``path`` is on sysfs (a pread at
-        offset 0 makes sysfs show the value again: one system call for three). Whether it is, is
-        asked of /proc/self/mountinfo once; a fake node's file (not on sysfs) is read as usual."""
-        fd = self._sysfs.get(path)
-        if fd is None and path not in self._sysfs:
-            self._sysfs[path] = fd = _open_if_sysfs(path, proc_root)
+        offset 0 makes sysfs show the value again: one system call for three); a fake node's file
+        (not on sysfs) is read as usual."""
+        if path not in self._sysfs:
+            self._sysfs[path] = _open_if_sysfs(path, self.mounts(proc_root))
+        fd = self._sysfs[path]
         if fd is not None:
             try:
                 return os.pread(fd, 65536, 0).decode("ascii").replace("\r\n", "\n").replace("\r", "\n")
@@ -105,19 +113,9 @@ class FactsCache:
         return out
 
 
-def _open_if_sysfs(path: str, proc_root: str) -> Optional[int]:
+def _open_if_sysfs(path: str, mounts: List[Tuple[str, str]]) -> Optional[int]:
     """A read descriptor of ``path`` when the mount that holds it is sysfs, else None."""
-    from ..core.cgroup import parse_mountinfo
-    from .files import FileRefused, read_regular_file
-
-    try:
-        mounts = parse_mountinfo(read_regular_file(os.path.join(proc_root, "self", "mountinfo"), 16 << 20)
-                                 .decode("utf-8", "replace"))
-    except (OSError, FileRefused):
-        return None
-    holder = max((m for m in mounts if path == m[0] or path.startswith(m[0].rstrip("/") + "/")),
-                 key=lambda m: len(m[0]), default=None)
-    if holder is None or holder[1] != "sysfs":
+    if compute_mount_type(mounts, path) != "sysfs":
         return None
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -194,7 +192,7 @@ def _read_layout(config: Config, cache: Optional[FactsCache]) -> Layout:
     if not hit:
         # A resident process reads the mounts once: paths on cgroup file systems then need no stat
         # per event (Layout.lexical).
-        value = cg.read_layout(config.cgroup_root, mountinfo=os.path.join(config.proc_root, "self", "mountinfo"))
+        value = cg.read_layout(config.cgroup_root, mounts=cache.mounts(config.proc_root))
         cache.put("layout", config.cgroup_root, value)
     return value
 

@@ -13,13 +13,51 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Optional, Type
+    from typing import Any, Callable, Dict, Iterator, Optional, Type
 
     from ..core.errors import HookError
 
 # What a file is when it is not a regular file (stat.S_IFMT -> words for the message).
 KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
          stat.S_IFSOCK: "a socket"}
+
+
+class KeptFds:
+    """Descriptors a resident process keeps open by name (a file it reads on every event, a
+    directory it works in), at most ``limit``: the oldest is closed to make room."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.fds: Dict[str, int] = {}
+
+    def get(self, name: str) -> Optional[int]:
+        return self.fds.get(name)
+
+    def keep(self, name: str, fd: int) -> None:
+        if len(self.fds) >= self.limit:
+            self.close(next(iter(self.fds)))
+        self.fds[name] = fd
+
+    def close(self, name: str) -> None:
+        fd = self.fds.pop(name, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def close_where(self, test: Callable[[str], bool]) -> None:
+        for name in [n for n in self.fds if test(n)]:
+            self.close(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.fds
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.fds))
+
+    def __len__(self) -> int:
+        return len(self.fds)
 
 
 class FileRefused(ValueError):

@@ -29,8 +29,8 @@ from ..core.cpuset import format_cpulist, parse_cpulist
 from ..core.errors import CpuListError, RecordError
 from ..core.model import MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member, PodRecord
 from ..core.quota import MCPU, QuotaState
-from ..node.files import FileRefused, read_regular_file
 from ..core.validate import ID_PATTERN, NAME_PATTERN, is_cpulist_text, is_plain_name, is_timestamp_text
+from ..node.files import FileRefused, KeptFds, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -98,8 +98,8 @@ def _check_dir(path: str) -> None:
 # renameat, unlinkat), without walking the state directory's path and checking it for a link on
 # every access. A directory removed since (an administrator cleaned /run) has no links left
 # (st_nlink 0): it is opened again by its path, checked again. At most MAX_DIRS are kept.
-_DIRS: Dict[str, int] = {}
 MAX_DIRS = 8
+_DIRS = KeptFds(MAX_DIRS)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -113,7 +113,7 @@ def _dir_fd(folder: str, create: bool = False) -> Optional[int]:
                 return fd
         except OSError:
             pass
-        _close_dir(folder)
+        _DIRS.close(folder)
     try:
         try:
             fd = os.open(folder, DIR_FLAGS)
@@ -125,19 +125,8 @@ def _dir_fd(folder: str, create: bool = False) -> Optional[int]:
     except OSError as exc:
         _check_dir(folder)  # a link: says so and where it points
         raise RecordError(f"cannot open the directory: {exc.strerror}", folder) from None
-    if len(_DIRS) >= MAX_DIRS:
-        _close_dir(next(iter(_DIRS)))
-    _DIRS[folder] = fd
+    _DIRS.keep(folder, fd)
     return fd
-
-
-def _close_dir(folder: str) -> None:
-    fd = _DIRS.pop(folder, None)
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 # -- parse (validate) and format: pure ---------------------------------------------------------
@@ -445,7 +434,7 @@ def read_document(state_dir: str, kind: str, name: str) -> Any:
 # event of its container, and parsing and checking it costs more than reading it. While the file
 # has that identity it is the file whose bytes these are (every writer replaces a record by renaming
 # a new file over it, which changes the inode; an edit in place changes the time), so a hit costs
-# one lstat; otherwise the bytes are read and compared, and a hit is exactly what parsing would
+# one stat; otherwise the bytes are read and compared, and a hit is exactly what parsing would
 # give. One entry per record file (forgotten with it); bounded.
 _PARSED: Dict[str, Tuple[bytes, Any, Optional[Tuple[int, int, int]]]] = {}
 MAX_PARSED = 8192
@@ -523,9 +512,7 @@ def load_record(state_dir: str, kind: str, name: str) -> Any:
 
 def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
     """Write a record file atomically (temporary file, then rename); returns its path."""
-    path = _save(state_dir, kind, name, doc)[0]
-    _PARSED.pop(path, None)  # written as a document: parsed again on the next load
-    return path
+    return _save(state_dir, kind, name, doc)[0]
 
 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
@@ -610,10 +597,13 @@ def container_exists(state_dir: str, cid: str) -> bool:
     """Whether a container record file is there (a pod member counts only while it is)."""
     folder, name = os.path.split(record_path(state_dir, "containers", cid))
     fd = _dir_fd(folder)
+    if fd is None:
+        return False
     try:
-        return fd is not None and bool(os.stat(name, dir_fd=fd, follow_symlinks=False))
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return False
+    return True
 
 
 def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[str]:
