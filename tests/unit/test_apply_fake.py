@@ -650,3 +650,33 @@ def test_write_text_replaces_the_whole_value(tmp_path: Any) -> None:
     path.write_text("400000 100000\n")
     cg.write_text(str(path), "max 100000")
     assert path.read_text() == "max 100000"
+
+
+def test_fake_node_writes_are_whole_for_a_reader(node: Any) -> None:
+    """A kernel cgroup file shows its old value or its new one, never an empty moment; the fake
+    node's own writes (the tests' "kubelet") must not either, or a settle pass or the plugin racing
+    them reports an unreadable quota (a CI failure once) no real node can produce."""
+    import threading
+
+    paths = node.add_container("abc", quota=200000, pod_quota=200000)
+    target = node.path(paths["rel"], "cpu.max" if node.version == 2 else "cpu.cfs_quota_us")
+    os.chmod(target, 0o640)
+    seen: List[str] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            with open(target, encoding="ascii") as f:
+                seen.append(f.read())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(300):
+            node.set_quota(paths["rel"], None if i % 2 else 200000)
+    finally:
+        done.set()
+        t.join()
+    assert seen and all(v.strip() for v in seen), "a reader saw an empty cgroup file"
+    assert oct(os.stat(target).st_mode & 0o777) == oct(0o640)
+    assert not [n for n in os.listdir(os.path.dirname(target)) if n.endswith(".fakenode-new")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any, Dict, Optional
 
 V1_CPUSET_FILES = {"cpuset.cpus": "", "cpuset.mems": "0", "cpuset.effective_cpus": "", "tasks": "",
@@ -22,9 +23,28 @@ V2_FILES = {"cpuset.cpus": "", "cpuset.cpus.effective": "", "cpuset.mems": "", "
 
 
 def _write(path: str, text: str) -> None:
+    """Write ``text`` as a cgroup file changes: a reader sees the old value or the new, never half.
+
+    A kernel cgroup file takes its value in one write; a plain file opened with truncation is
+    empty for a moment, and a reader in that moment (a settle pass, the plugin) would report an
+    unreadable quota no real node can show. So an existing regular file is replaced by rename,
+    keeping its mode; anything else (new, a symlink or a directory a test planted) is opened.
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text + ("\n" if text and not text.endswith("\n") else ""))
+    data = text + ("\n" if text and not text.endswith("\n") else "")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        with open(path, "w", encoding="ascii") as f:
+            f.write(data)
+        return
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.fakenode-new")
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(data)
+    os.chmod(tmp, stat.S_IMODE(st.st_mode))
+    os.replace(tmp, path)
 
 
 def container_rel(driver: str, pod_uid: str, cid: str, qos: str = "") -> str:
