@@ -96,6 +96,12 @@ def show(value) -> str:
     return json.dumps(value, indent=1, sort_keys=True)[:6000]
 
 
+def show_with_log(run: "Run", value) -> str:
+    """A step's values and the tail of the first plugin's log: what it decided, and why."""
+    logs = run.doc.get("plugin_logs") or [""]
+    return f"{show(value)}\nplugin log (tail):\n{logs[0][-5000:]}"
+
+
 def mixed(pod_quota: int = POD_RAISED) -> dict:
     return {"cpus": MIXED, "effective": MIXED, "quota": RAISED, "pod_quota": pod_quota}
 
@@ -125,14 +131,14 @@ def test_created_mixed_with_env_sibling_untouched_on_v2(run):
 
 def test_kubelet_update_never_exclusive_only_on_v2(run):
     s = run.step("update")
-    assert s["rewrite"]["cpus_events"] >= 2, show(s)
-    assert s["rewrite"]["cpus_seen"] == [MIXED], show(s)
-    assert s["rewrite"]["quota_seen"] == [f"{RAISED} {PERIOD}"], show(s)
-    assert s["after"] == mixed(), show(s)
-    assert s["resize"]["cpus_seen"] == [MIXED], show(s)
-    assert (s["after_resize"]["cpus"], s["after_resize"]["quota"]) == (MIXED, RAISED + 100000), show(s)
-    assert s["after_resize_back"] == mixed(), show(s)
-    assert s["inside"]["Cpus_allowed_list"] == MIXED, show(s)
+    assert s["rewrite"]["cpus_events"] >= 2, show_with_log(run, s)
+    assert s["rewrite"]["cpus_seen"] == [MIXED], show_with_log(run, s)
+    assert s["rewrite"]["quota_seen"] == [f"{RAISED} {PERIOD}"], show_with_log(run, s)
+    assert s["after"] == mixed(), show_with_log(run, s)
+    assert s["resize"]["cpus_seen"] == [MIXED], show_with_log(run, s)
+    assert (s["after_resize"]["cpus"], s["after_resize"]["quota"]) == (MIXED, RAISED + 100000), show_with_log(run, s)
+    assert s["after_resize_back"] == mixed(), show_with_log(run, s)
+    assert s["inside"]["Cpus_allowed_list"] == MIXED, show_with_log(run, s)
 
 
 def test_plugin_killed_then_restarted_resyncs_on_v2(run):

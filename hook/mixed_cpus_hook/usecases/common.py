@@ -324,6 +324,22 @@ def is_being_created(rec: ContainerRecord) -> bool:
     return rec.phase == "creating" and age_of(rec.created) < CREATE_GRACE
 
 
+def is_answer_pending(rec: ContainerRecord, cpus: FrozenSet[int], quota: Quota) -> bool:
+    """An NRI record whose cgroup the runtime has made but not yet written with the answer.
+
+    runc and crun make a container's cgroup (cpuset empty, quota unlimited) before they write its
+    resources. Until it holds the answered cpuset and quota (or a quota answered earlier, still
+    in flight), what it holds is neither kubelet's nor ours: deciding from it would take the
+    unlimited quota, and then our own raised one, for kubelet's base and add the share twice.
+    Within the creation grace only; kubelet's own changes meanwhile come as NRI updates.
+    """
+    if not is_being_created(rec):
+        return False
+    q = rec.quota
+    written = quota.quota == q.applied if q.base is None else q.is_ours(quota.quota, quota.period)
+    return cpus != rec.desired or not written
+
+
 def is_gone(rec: ContainerRecord) -> bool:
     """Whether a record's container is gone: no cgroup, and past the creation grace."""
     if os.path.isdir(rec.cgroup.cpuset) or os.path.isdir(rec.cgroup.cpu):

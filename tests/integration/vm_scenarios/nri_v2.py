@@ -267,11 +267,11 @@ def main(argv) -> int:
     finally:
         problems = kube.cleanup() if kube is not None and ctd.proc is not None else []
         codes = [p.stop() for p in plugins]
+        res.doc["plugin_logs"] = [p.log() for p in plugins]  # read before their directory goes
         problems += ctd.cleanup()
         problems += remove_cgroups(inp["top"])
         shutil.rmtree(base, ignore_errors=True)
         res.doc["cleanup"] = {"problems": problems, "plugin_exit_codes": codes}
-        res.doc["plugin_logs"] = [p.log() for p in plugins]
         res.save()
     return 0
 

@@ -19,6 +19,7 @@ import pytest
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
 from mixed_cpus_hook.frontends.nri.wire import api
 from mixed_cpus_hook.node.config import load_config
+from mixed_cpus_hook.usecases.status import read_status
 
 from .peer import create_request, pod_and_container
 
@@ -60,3 +61,40 @@ def test_reconcile_before_the_runtime_writes_the_answer_adds_nothing(node: Any, 
     resp = h.synchronize(api.SynchronizeRequest(pods=[pod], containers=[ctr]))
     assert [(u.container_id, u.linux.resources.cpu.quota.value) for u in resp.update] == [(APP, second + 200000)]
     assert node.records("containers")[APP]["quota"]["base"] == second
+
+
+def test_reconcile_while_the_runtime_makes_the_cgroup_adopts_nothing(node: Any, reporter: Any) -> None:
+    """A creation's answer is in flight until the runtime has made the cgroup *and* written it.
+
+    Seen on containerd 1.7 in the v2 VM (test_nri_v2_vm.py): runc makes the container's cgroup
+    (cpuset empty, quota unlimited) and only then writes the resources. The plugin's periodic
+    reconcile ran in between: it took the unlimited quota for kubelet's and saved it, so when
+    kubelet's cpuset-only update came (the runtime filling in the quota we answered, 400000) that
+    value was nobody's, became the base, and the answer was 600000 for a base of 200000.
+    """
+    h = Handlers(load_config(node.config_path), reporter.reporter)
+    paths = node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    rel = paths["rel"]
+    node.remove_cgroup(rel)  # CreateContainer comes before the runtime makes the cgroup
+    resp = h.create_container(create_request(APP, quota=200000))
+    assert resp.adjust.linux.resources.cpu.quota.value == 400000
+    assert node.records("containers")[APP]["phase"] == "creating"
+    node.mkdir(rel)  # runc: the cgroup is made, its values not written yet
+    node.write(rel, "cpuset.cpus", "")
+    node.set_quota(rel, None)
+    before = node.freeze()
+    h.reconcile()
+    assert node.changes(before) == [], "the reconcile wrote into a cgroup the runtime is still making"
+    rec = node.records("containers")[APP]
+    assert (rec["phase"], rec["quota"]["base"], rec["quota"]["applied"]) == ("creating", 200000, 400000), rec
+    [row] = read_status(load_config(node.config_path))
+    assert (row["in_sync"], row["problem"]) == (True, "being created (the runtime has not written its answer yet)")
+    node.write(rel, "cpuset.cpus", "0-3")  # runc writes the answer
+    node.set_quota(rel, 400000)
+    h.reconcile()
+    rec = node.records("containers")[APP]
+    assert (rec["phase"], rec["quota"]["base"], rec["quota"]["applied"]) == ("applied", 200000, 400000), rec
+    # kubelet's cpuset-only update: the runtime fills in the quota it holds, ours
+    resp = h.update_container(update(APP, "2-3", 400000))
+    assert [(u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.quota.value)
+            for u in resp.update] == [(APP, "0-3", 400000)]
