@@ -17,7 +17,7 @@ could not run (not there, no root).
 
     .venv/bin/python benchmarks/nri_reference.py              # one run, about 1 minute once set up
     .venv/bin/python benchmarks/nri_reference.py --runs 5     # five, and the medians
-    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor   # what `make bench-nri` runs
+    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io   # `make bench-nri`
 
 ``--tmpfs`` runs the tool with TMPDIR=/dev/shm: every configuration's directories (containerd's
 roots, the plugin's state directory) on tmpfs, as the plugin's state is on a node (/run). Without
@@ -29,6 +29,12 @@ ext4 a flush of its data (auto_da_alloc: about 200 us more per save on this mach
 every event without deciding anything, so its ratios to the Go plugin (which still does the work)
 are the cost of the plugin's framework alone: ttrpc, protobuf, the event loop, the interpreter.
 That run's verification problems are expected (nothing is mixed) and its ratios are not goals.
+
+``--no-record-io`` adds one run in which the plugin keeps its records in memory only
+(``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
+and formatted as JSON, but never opened, written, renamed or removed. It measures what the record
+files cost an answer, and so what dropping them (and with them every crash-exactness guarantee)
+could win at most; such a plugin is not a product mode.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -98,6 +105,16 @@ exec "$@"
 """
 
 
+# --no-record-io: our plugin runs under its own interpreter with the store patched to memory.
+MEMORY_WRAP = """#!/bin/sh
+key=$1; shift
+case "$1" in
+  *mixed-cpus-hook) exec "$(dirname "$1")/python" {script} "$@" ;;
+esac
+exec "$@"
+"""
+
+
 def run_tool(tool: str, env: Dict[str, str]) -> Optional[Dict]:
     """One run of the tool: its result.json and table.txt, or None (printed why) when it could not run."""
     done = subprocess.run([tool], env=env, capture_output=True, text=True, check=False)
@@ -113,12 +130,31 @@ def run_tool(tool: str, env: Dict[str, str]) -> Optional[Dict]:
     return {"result": result, "table": table, "load": load}
 
 
+def run_wrapped(tool: str, env: Dict[str, str], wrapper: str) -> Optional[Dict[str, float]]:
+    """One run of the tool with NRI_REFERENCE_WRAP set to ``wrapper`` (a shell script's text)."""
+    with tempfile.TemporaryDirectory(prefix="nri-reference-wrap-") as tmp:
+        wrap = os.path.join(tmp, "wrap.sh")
+        with open(wrap, "w", encoding="utf-8") as f:
+            f.write(wrapper)
+        os.chmod(wrap, 0o755)
+        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
+    if run is None:
+        return None
+    try:
+        return read_ratios(run["result"])
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        print(f"nri_reference: the wrapped run's result.json not as expected ({exc!r})")
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1, help="comparisons to run (each about 1 minute)")
     ap.add_argument("--tool", default=DEFAULT_TOOL, help="the reference tool's run script (default: %(default)s)")
     ap.add_argument("--tmpfs", action="store_true", help="TMPDIR=/dev/shm for the tool (the plugin's state on tmpfs, as /run)")
     ap.add_argument("--floor", action="store_true", help="one more run in which no container asks: the framework's cost")
+    ap.add_argument("--no-record-io", action="store_true",
+                    help="one more run with the plugin's records in memory only: what the record files cost")
     args = ap.parse_args()
     if not os.access(args.tool, os.X_OK):
         print(f"nri_reference: no reference tool at {args.tool} (this machine kind's ../shared/tools): not run")
@@ -151,23 +187,21 @@ def main() -> int:
         for key, label in LABELS.items():
             med = statistics.median(r[key] for r in per_run)
             print(f"  {label:36} {med:5.2f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
+    extra = []
     if args.floor:
-        with tempfile.TemporaryDirectory(prefix="nri-reference-floor-") as tmp:
-            wrap = os.path.join(tmp, "floor-wrap.sh")
-            with open(wrap, "w", encoding="utf-8") as f:
-                f.write(FLOOR_WRAP)
-            os.chmod(wrap, 0o755)
-            run = run_tool(args.tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
-        if run is None:
+        extra.append(("the floor: one run in which no container asks (the plugin decides nothing; the Go plugin "
+                      "still works)", FLOOR_WRAP))
+    if args.no_record_io:
+        script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_memory_records.py"))
+        extra.append(("no record I/O: one run with the plugin's records in memory only (built and formatted, "
+                      "never written: not crash-exact, not a product mode)", MEMORY_WRAP.format(script=script)))
+    for title, wrapper in extra:
+        ratios = run_wrapped(args.tool, env, wrapper)
+        if ratios is None:
             return 2
-        try:
-            floor = read_ratios(run["result"])
-        except (KeyError, TypeError, ZeroDivisionError) as exc:
-            print(f"nri_reference: the floor run's result.json not as expected ({exc!r})")
-            return 2
-        print("\nthe floor: one run in which no container asks (the plugin decides nothing; the Go plugin still works):")
-        for key in ("create", "update", "stop", "cpu"):
-            print(f"  {LABELS[key]:36} {floor[key]:5.2f}")
+        print(f"\n{title}:")
+        for key in ("create", "update", "stop", "cpu", "cri_create"):
+            print(f"  {LABELS[key]:36} {ratios[key]:5.2f}")
     return 0
 
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Run ``mixed-cpus-hook`` with its records in memory only: a measuring device, never a product mode.
+
+``benchmarks/nri_reference.py --no-record-io`` runs the plugin through this (the reference tool's
+NRI_REFERENCE_WRAP, with the plugin's own interpreter) to measure how much of an answer is the
+record files' I/O: every record is still built, formatted to JSON and remembered exactly as in
+the product, but kept in a dict instead of a file (no open, write, rename, stat or unlink). Such a
+plugin loses every record when it ends: it keeps no crash-exactness at all, which is why this
+lives in benchmarks/ and patches the store from outside instead of being an option.
+
+    PYTHON nri_memory_records.py MIXED-CPUS-HOOK-ARGV...
+
+The store module is patched before anything imports names from it, so every user of
+``load_container``, ``save_pod``, ``delete_record`` and the others gets the in-memory ones.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+
+def install() -> Dict[str, bytes]:
+    """Replace the record store's file I/O with a dict (path -> bytes); returns the dict."""
+    from mixed_cpus_hook.store import records as r
+
+    files: Dict[str, bytes] = {}
+
+    def write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None
+                    ) -> Tuple[bytes, Tuple[int, int, int]]:
+        data = (r.json.dumps(doc, sort_keys=True) + "\n").encode()  # as the product formats it
+        files[path] = data
+        return data, (0, len(data), 0)
+
+    def read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any]:
+        data = files.get(path)
+        if data is None:
+            r._PARSED.pop(path, None)
+            return None, None
+        hit = r._PARSED.get(path)
+        return data, (hit[1] if hit is not None and hit[0] == data else None)
+
+    def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
+        return files.get(r.record_path(state_dir, kind, name))
+
+    def delete_record(state_dir: str, kind: str, name: str) -> bool:
+        path = r.record_path(state_dir, kind, name)
+        r._PARSED.pop(path, None)
+        return files.pop(path, None) is not None
+
+    def container_exists(state_dir: str, cid: str) -> bool:
+        return r.record_path(state_dir, "containers", cid) in files
+
+    def list_records(state_dir: str, kind: str) -> List[str]:
+        prefix = os.path.join(state_dir, kind) + os.sep
+        return sorted(p[len(prefix):-len(".json")] for p in files if p.startswith(prefix))
+
+    r._write_whole = write_whole
+    r._read_remembered = read_remembered
+    r.read_record_bytes = read_record_bytes
+    r.delete_record = delete_record
+    r.container_exists = container_exists
+    r.list_records = list_records
+
+    from mixed_cpus_hook.usecases import nri
+
+    def tracks(self: Any, cid: str) -> bool:
+        return container_exists(self.state_dir, cid)
+
+    nri.NriEngine.tracks = tracks  # type: ignore[method-assign]
+    return files
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__.split("\n\n")[2].strip(), file=sys.stderr)
+        return 2
+    install()
+    from mixed_cpus_hook.frontends.entry import entry
+
+    sys.argv = argv[1:]
+    entry()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
