@@ -62,13 +62,6 @@ def install() -> Dict[str, bytes]:
     r.delete_record = delete_record
     r.container_exists = container_exists
     r.list_records = list_records
-
-    from mixed_cpus_hook.usecases import nri
-
-    def tracks(self: Any, cid: str) -> bool:
-        return container_exists(self.state_dir, cid)
-
-    nri.NriEngine.tracks = tracks  # type: ignore[method-assign]
     return files
 
 

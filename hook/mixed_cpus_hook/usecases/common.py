@@ -324,20 +324,18 @@ def is_being_created(rec: ContainerRecord) -> bool:
     return rec.phase == "creating" and age_of(rec.created) < CREATE_GRACE
 
 
-def is_answer_pending(rec: ContainerRecord, cpus: FrozenSet[int], quota: Quota) -> bool:
-    """An NRI record whose cgroup the runtime has made but not yet written with the answer.
+def is_answer_written(rec: ContainerRecord, cpus: FrozenSet[int], quota: Quota) -> bool:
+    """Whether a container's cgroup holds the answer its record says the runtime was given. Pure.
 
-    runc and crun make a container's cgroup (cpuset empty, quota unlimited) before they write its
-    resources. Until it holds the answered cpuset and quota (or a quota answered earlier, still
-    in flight), what it holds is neither kubelet's nor ours: deciding from it would take the
-    unlimited quota, and then our own raised one, for kubelet's base and add the share twice.
-    Within the creation grace only; kubelet's own changes meanwhile come as NRI updates.
+    For a record still "creating" (is_being_created), a cgroup that does not is one the runtime
+    is still making: runc and crun make it (cpuset empty, quota unlimited) before they write its
+    resources, and what it holds is neither kubelet's nor ours. Deciding from it would take the
+    unlimited quota, then our own raised one, for kubelet's base and add the share twice. A quota
+    answered earlier and still in flight counts as written (it is listed as ours).
     """
-    if not is_being_created(rec):
-        return False
     q = rec.quota
     written = quota.quota == q.applied if q.base is None else q.is_ours(quota.quota, quota.period)
-    return cpus != rec.desired or not written
+    return cpus == rec.desired and written
 
 
 def is_gone(rec: ContainerRecord) -> bool:

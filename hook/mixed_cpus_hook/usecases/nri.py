@@ -29,7 +29,7 @@ from ..node import cgroupfs as cg
 from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
 from ..node.log import Reporter
-from ..store.records import HeldStateLock, list_records, load_container, load_pod, save_pod
+from ..store.records import HeldStateLock, container_exists, list_records, load_container, load_pod, save_pod
 from .apply import read_request
 from .common import (
     PodShare,
@@ -422,8 +422,13 @@ class NriEngine:
         """What waits until the answer is sent (DraEngine: the pool's report file)."""
 
     def tracks(self, cid: str) -> bool:
-        """Whether ``cid`` (a plain id, checked by the caller) has a record: one stat."""
-        return os.path.lexists(os.path.join(self.state_dir, "containers", cid + ".json"))
+        """Whether ``cid`` (a plain id, checked by the caller) has a record (the store's own
+        container_exists: one stat in the kept directory). A state directory that cannot be used
+        tracks nothing here: kubelet's update passes, and reconcile and status name the problem."""
+        try:
+            return container_exists(self.state_dir, cid)
+        except HookError:
+            return False
 
     def places_all(self) -> bool:
         """Whether every container's creation matters (shared_cpus: pool), not only the asking ones'."""

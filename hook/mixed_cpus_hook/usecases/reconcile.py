@@ -16,7 +16,7 @@ from ..node.config import Config
 from ..node.facts import NodeFacts, read_node_facts
 from ..node.log import Reporter
 from ..store.records import list_records, load_container, load_pod, remove_stale_temporaries, state_lock
-from .common import exists, inside, is_answer_pending, is_being_created, require_whole
+from .common import exists, inside, is_answer_written, is_being_created, require_whole
 from .converge import Target, converge
 from .release import prune_pods, release_locked
 
@@ -86,8 +86,8 @@ def reconcile_one(cid: str, state_dir: str, node: NodeFacts, reporter: Reporter,
         release_locked(state_dir, node.layout, cid, reporter, why="cgroup gone, forgotten")
         return Outcome("gone", (f"container {cid}: cgroup gone, forgotten",))
     assert dirs is not None
-    if is_being_created(rec) and is_answer_pending(rec, cg.read_cpus(node.layout, dirs.cpuset),
-                                                   cg.read_quota(node.layout, dirs.cpu)):
+    if is_being_created(rec) and not is_answer_written(rec, cg.read_cpus(node.layout, dirs.cpuset),
+                                                       cg.read_quota(node.layout, dirs.cpu)):
         return Outcome("in-sync", ())  # the runtime is still making it: nothing there is anybody's yet
     pod_rec = require_whole(state_dir, rec)
     pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")

@@ -18,7 +18,7 @@ from ..core.quota import format_quota_value
 from ..node.config import Config
 from ..node.facts import NodeFacts, read_node_facts
 from ..store.records import list_records, load_container
-from .common import check_membership, exists, inside, is_answer_pending, live_members, observe, read_assigned
+from .common import check_membership, exists, inside, is_answer_written, live_members, observe, read_assigned
 from .reconcile import is_being_created, read_inconsistent_pods
 
 TYPE_CHECKING = False
@@ -110,7 +110,7 @@ def _verify(state_dir: str, node: NodeFacts, rec: ContainerRecord, row: Dict[str
         row["in_sync"] = creating
         return
     observed = observe(node.layout, dirs, pod if pod is not None and os.path.isdir(pod.cpu) else None)
-    if is_answer_pending(rec, observed.cpus, observed.quota):
+    if is_being_created(rec) and not is_answer_written(rec, observed.cpus, observed.quota):
         row.update(problem="being created (the runtime has not written its answer yet)", in_sync=True,
                    actual=format_cpulist(observed.cpus))
         return

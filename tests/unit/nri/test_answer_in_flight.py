@@ -98,3 +98,30 @@ def test_reconcile_while_the_runtime_makes_the_cgroup_adopts_nothing(node: Any, 
     resp = h.update_container(update(APP, "2-3", 400000))
     assert [(u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.quota.value)
             for u in resp.update] == [(APP, "0-3", 400000)]
+
+
+@pytest.mark.parametrize("cpus, quota, period, written", [
+    ("0-3", 400000, 100000, True),     # the answer landed
+    ("0-3", 300000, 100000, True),     # an earlier answer still in flight (listed as ours)
+    ("", None, 100000, False),         # runc made the cgroup, wrote nothing yet
+    ("0-3", None, 100000, False),      # the cpuset landed, the quota not yet
+    ("2-3", 400000, 100000, False),    # kubelet's exclusive set, not the answer
+    ("0-3", 400000, 50000, False),     # another period: not a value of ours
+], ids=["landed", "in-flight", "made-not-written", "cpuset-only", "exclusive-only", "other-period"])
+def test_is_answer_written(cpus: str, quota: Any, period: int, written: bool) -> None:
+    from mixed_cpus_hook.core.cgroup import Quota
+    from mixed_cpus_hook.core.cpuset import parse_cpulist
+    from mixed_cpus_hook.core.quota import QuotaState
+    from mixed_cpus_hook.store.records import parse_container_record
+    from mixed_cpus_hook.usecases.common import is_answer_written
+
+    doc = {"schema": 2, "id": APP, "namespace": "ran", "pod": "du-0", "container": "app",
+           "pod_uid": "0f1e2d3c-aaaa-bbbb-cccc-123456789abc", "mode": "nri", "phase": "creating",
+           "cgroup_version": 1, "cgroup": {"cpuset": "/x", "cpu": "/y"}, "pod_cgroup": None, "pod_key": None,
+           "exclusive": "2-3", "shared": "0-1", "desired": "0-3",
+           "quota": {"base": 200000, "applied": 400000, "period": 100000, "ours": [300000, 400000]},
+           "created": "2026-12-03T00:00:00Z", "updated": "2026-12-03T00:00:00Z", "last_reapply": None,
+           "reapplies": 0, "pins_maybe_lost": False}
+    rec = parse_container_record(doc, APP, "test")
+    assert rec.quota == QuotaState(200000, 400000, 100000, (300000, 400000))
+    assert is_answer_written(rec, parse_cpulist(cpus), Quota(quota, period)) is written
