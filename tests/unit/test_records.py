@@ -76,6 +76,20 @@ def test_names_that_are_not_one_component_are_refused(tmp_path: Path, kind: str,
     assert not os.path.exists(tmp_path / "x.json")
 
 
+def test_remembered_record_paths_are_only_of_names_that_passed_and_bounded(tmp_path: Path) -> None:
+    from mixed_cpus_hook.store import records
+
+    state_dir = str(tmp_path / "state")
+    for _ in range(2):  # a refused name stays refused: it is never remembered
+        with pytest.raises(RecordError, match="is not a plain name"):
+            record_path(state_dir, "containers", "../x")
+    assert record_path(state_dir, "containers", "c1") == os.path.join(state_dir, "containers", "c1.json")
+    assert record_path(state_dir, "pods", "c1") == os.path.join(state_dir, "pods", "c1.json")  # kind is in the key
+    for i in range(2 * records.MAX_PATHS):
+        record_path(state_dir, "containers", f"c{i}")
+    assert len(records._PATHS) <= records.MAX_PATHS and len(records._SPLITS) <= records.MAX_PATHS
+
+
 ACCEPTED_NAMES = [
     pytest.param("containers", "0123abcdef", id="hex-id"),
     pytest.param("containers", "my_ctr-1.2+x", id="runc-id-chars"),
@@ -456,6 +470,73 @@ def test_a_state_directory_removed_and_made_again_is_opened_again(tmp_path: Path
     records.save_container(str(state), rec)
     assert os.listdir(state / "containers") == ["c1.json"]
     assert records.delete_record(str(state), "containers", "c1") and os.listdir(state / "containers") == []
+
+
+def _remade_with(state: Path, files: Dict[str, Dict[str, Any]]) -> None:
+    """The state directory removed and made again, holding ``files`` (written by someone else)."""
+    import shutil
+
+    shutil.rmtree(state)
+    (state / "containers").mkdir(parents=True)
+    for name, doc in files.items():
+        (state / "containers" / f"{name}.json").write_text(json.dumps(doc))
+
+
+# Each operation through a kept descriptor of a directory removed since sees the new directory.
+REMADE_CASES = [
+    ("load-finds-the-new-record", {"c2": container_doc("c2")},
+     lambda s, rec: load_record(s, "containers", "c2") is not None),
+    ("load-misses-the-old-record", {}, lambda s, rec: load_record(s, "containers", "c1") is None),
+    ("exists-in-the-new", {"c2": container_doc("c2")}, lambda s, rec: __import__(
+        "mixed_cpus_hook.store.records", fromlist=["x"]).container_exists(s, "c2")),
+    ("delete-in-the-new", {"c2": container_doc("c2")},
+     lambda s, rec: delete_record(s, "containers", "c2") and not os.listdir(Path(s) / "containers")),
+    ("save-lands-in-the-new", {}, lambda s, rec: bool(__import__(
+        "mixed_cpus_hook.store.records", fromlist=["x"]).save_container(s, rec))
+        and os.listdir(Path(s) / "containers") == ["c1.json"]),
+]
+
+
+@pytest.mark.parametrize("files,check", [c[1:] for c in REMADE_CASES], ids=[c[0] for c in REMADE_CASES])
+def test_a_kept_directory_removed_since_is_seen_by_every_operation(tmp_path: Path, files: Dict[str, Dict[str, Any]],
+                                                                   check: Callable[[str, Any], bool]) -> None:
+    from mixed_cpus_hook.store import records
+
+    state = tmp_path / "state"
+    rec = records.parse_container_record(container_doc("c1"), "c1", "x")
+    records.save_container(str(state), rec)  # the directory's descriptor is kept
+    _remade_with(state, files)
+    assert check(str(state), rec)
+
+
+def test_a_kept_directory_is_checked_only_when_a_name_is_missing(tmp_path: Path, monkeypatch: Any) -> None:
+    """A name found in the kept directory proves it current: loads, saves and deletes of records
+    that are there cost no fstat of the directory (one per missing name)."""
+    import stat as stat_mod
+
+    from mixed_cpus_hook.store import records
+
+    state = str(tmp_path / "state")
+    rec = records.parse_container_record(container_doc("c1"), "c1", "x")
+    records.save_container(state, rec)
+    real_fstat = os.fstat
+    dir_checks: List[int] = []
+
+    def fstat(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        if stat_mod.S_ISDIR(st.st_mode):
+            dir_checks.append(fd)
+        return st
+
+    monkeypatch.setattr(records.os, "fstat", fstat)
+    records._PARSED.clear()
+    assert records.load_container(state, "c1") == rec
+    assert records.load_container(state, "c1") == rec
+    assert records.container_exists(state, "c1")
+    records.save_container(state, rec)
+    assert dir_checks == []
+    assert records.load_container(state, "c9") is None
+    assert len(dir_checks) == 1
 
 
 def test_a_kept_state_directory_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:

@@ -73,8 +73,32 @@ POD_FIELDS = frozenset(("schema", "key", "cgroup", "quota", "members"))
 QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 
+# Paths record_path gave, and their (folder, file name): a resident process names the same few
+# records on every event of their containers. Only names that passed are kept; bounded.
+_PATHS: Dict[Tuple[str, str, str], str] = {}
+_SPLITS: Dict[str, Tuple[str, str]] = {}
+MAX_PATHS = 4096
+
+
 def record_path(state_dir: str, kind: str, name: str) -> str:
     """The record file for ``name``; refuses anything that is not one plain path component."""
+    path = _PATHS.get((state_dir, kind, name))
+    if path is None:
+        path = _checked_record_path(state_dir, kind, name)
+        if len(_PATHS) >= MAX_PATHS:
+            _PATHS.clear()
+            _SPLITS.clear()
+        _PATHS[(state_dir, kind, name)] = path
+        _SPLITS[path] = os.path.split(path)
+    return path
+
+
+def _split(path: str) -> Tuple[str, str]:
+    """os.path.split of a record's path (remembered for those record_path gave)."""
+    return _SPLITS.get(path) or os.path.split(path)
+
+
+def _checked_record_path(state_dir: str, kind: str, name: str) -> str:
     if not is_plain_name(name, KINDS[kind]):
         raise RecordError(f"{name[:80]!r} is not a plain name", os.path.join(state_dir, kind))
     if len(name) > MAX_NAME:
@@ -97,23 +121,41 @@ def _check_dir(path: str) -> None:
 # and kept: each record is then opened, renamed and removed by its name in the directory (openat,
 # renameat, unlinkat), without walking the state directory's path and checking it for a link on
 # every access. A directory removed since (an administrator cleaned /run) has no links left
-# (st_nlink 0): it is opened again by its path, checked again. At most MAX_DIRS are kept.
+# (st_nlink 0) and no entries (rmdir takes only an empty one): every name looked up in it is
+# missing, so a lookup that finds its name proves the kept descriptor current, and only a missing
+# name costs the check (_reopened): a removed directory is then opened again by its path, checked
+# again, and the operation done once more there. At most MAX_DIRS are kept.
 MAX_DIRS = 8
 _DIRS = KeptFds(MAX_DIRS)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _dir_fd(folder: str, create: bool = False) -> Optional[int]:
-    """The kept descriptor of state subdirectory ``folder``; None when it does not exist and
-    ``create`` is false. A symbolic link there is refused (RecordError), as _check_dir does."""
+    """The kept descriptor of state subdirectory ``folder`` (unchecked: a name missing in it is
+    checked by _reopened); None when it does not exist and ``create`` is false. A symbolic link
+    there is refused (RecordError), as _check_dir does."""
+    fd = _DIRS.get(folder)
+    if fd is not None:
+        return fd
+    return _open_dir(folder, create)
+
+
+def _reopened(folder: str, create: bool = False) -> Optional[int]:
+    """After a name was missing in ``folder``'s kept descriptor: a new descriptor when the kept one
+    is of a directory removed since (the name is to be looked up again there), else None (the kept
+    one is current, or the directory is gone and ``create`` is false: the name is missing)."""
     fd = _DIRS.get(folder)
     if fd is not None:
         try:
             if os.fstat(fd).st_nlink > 0:
-                return fd
+                return None
         except OSError:
             pass
         _DIRS.close(folder)
+    return _open_dir(folder, create)
+
+
+def _open_dir(folder: str, create: bool) -> Optional[int]:
     try:
         try:
             fd = os.open(folder, DIR_FLAGS)
@@ -396,12 +438,18 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 
 
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
-    folder, name = os.path.split(path)
+    folder, name = _split(path)
     fd = _dir_fd(folder)
     if fd is None:
         return None
     try:
-        return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
+        try:
+            return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
+        except FileNotFoundError:
+            fd = _reopened(folder)
+            if fd is None:
+                return None
+            return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
     except FileNotFoundError:
         return None
     except FileRefused as exc:
@@ -456,7 +504,7 @@ def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[byt
     (None, None) when there is no file (and nothing is remembered for it any more)."""
     hit = _PARSED.get(path)
     if hit is not None and hit[2] is not None:
-        folder, name = os.path.split(path)
+        folder, name = _split(path)
         fd = _dir_fd(folder)
         try:
             st = None if fd is None else os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -517,7 +565,7 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
-    folder = os.path.dirname(path)
+    folder = _split(path)[0]
     fd = _dir_fd(folder, create=True)
     data, key = _write_whole(path, f".{name}.{os.getpid()}.tmp", doc, fd)
     return path, data, key
@@ -541,10 +589,13 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int]
         try:
             fd = os.open(tmp, WRITE_FLAGS, 0o644, dir_fd=dir_fd)
         except FileNotFoundError:
-            if dir_fd is not None:
-                raise
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            fd = os.open(tmp, WRITE_FLAGS, 0o644)
+            if dir_fd is not None:  # the kept directory removed since: made and opened again
+                dir_fd = _reopened(os.path.dirname(path), create=True)
+                if dir_fd is None:
+                    raise
+            else:
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd = os.open(tmp, WRITE_FLAGS, 0o644, dir_fd=dir_fd)
         try:
             if os.write(fd, data) != len(data):
                 raise OSError(0, "short write")
@@ -580,12 +631,18 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     """Forget a record; True if there was one."""
     path = record_path(state_dir, kind, name)
     _PARSED.pop(path, None)
-    folder, base = os.path.split(path)
+    folder, base = _split(path)
     fd = _dir_fd(folder)
     if fd is None:
         return False
     try:
-        os.unlink(base, dir_fd=fd)
+        try:
+            os.unlink(base, dir_fd=fd)
+        except FileNotFoundError:
+            fd = _reopened(folder)
+            if fd is None:
+                return False
+            os.unlink(base, dir_fd=fd)
         return True
     except FileNotFoundError:
         return False
@@ -595,12 +652,18 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
 
 def container_exists(state_dir: str, cid: str) -> bool:
     """Whether a container record file is there (a pod member counts only while it is)."""
-    folder, name = os.path.split(record_path(state_dir, "containers", cid))
+    folder, name = _split(record_path(state_dir, "containers", cid))
     fd = _dir_fd(folder)
     if fd is None:
         return False
     try:
-        os.stat(name, dir_fd=fd, follow_symlinks=False)
+        try:
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            fd = _reopened(folder)
+            if fd is None:
+                return False
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return False
     return True
