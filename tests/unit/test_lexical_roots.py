@@ -15,7 +15,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from mixed_cpus_hook.core.cgroup import compute_lexical_roots, compute_mount_type, is_lexically_below, parse_mountinfo
-from mixed_cpus_hook.core.errors import CgroupError
+from mixed_cpus_hook.core.errors import CgroupError, WriteError
 from mixed_cpus_hook.node import cgroupfs as cg
 
 MOUNTINFO = """\
@@ -99,6 +99,12 @@ def test_paths_off_the_lexical_roots_are_still_resolved_and_refused(tmp_path: Pa
                                "container cgroup", lexical)
     with pytest.raises(CgroupError, match="climbs out of its hierarchy"):
         cg.join_inside_root(str(root / "cpu"), "pod1/../../..", "container cgroup", str(root), lexical)
+    # A path once taken as spelled under one layout's roots is remembered for that layout only.
+    linked = str(root / "cpu" / "pod1" / "link")
+    assert cg.resolve_inside_root(str(root), linked, "container cgroup", lexical) == linked
+    for other in ((), (str(root / "cpuset"),)):
+        with pytest.raises(CgroupError, match="outside the cgroup root"):
+            cg.resolve_inside_root(str(root), linked, "container cgroup", other)
 
 
 def test_read_layout_reads_the_mounts_only_when_asked(tmp_path: Path) -> None:
@@ -141,7 +147,8 @@ def test_kept_descriptors_read_fresh_values_and_go_with_their_cgroup(real_cpu_cg
     assert quota not in cg._KEPT
     assert cg.read_quota(layout, made, keep=True).quota is None  # a pod's: kept
     assert quota in cg._KEPT and os.path.join(made, "cpu.cfs_period_us") in cg._KEPT
-    cg.write_text(quota, "50000")  # another descriptor writes: a pread at 0 sees it
+    with open(quota, "w", encoding="ascii") as f:  # another descriptor writes: a pread at 0 sees it
+        f.write("50000")
     assert cg.read_quota(layout, made, keep=True).quota == 50000
     assert cg.read_text_in(layout, quota) == "50000"
     fds = open_fds()
@@ -151,6 +158,29 @@ def test_kept_descriptors_read_fresh_values_and_go_with_their_cgroup(real_cpu_cg
     os.rmdir(made)  # kubelet removes the pod: the kept descriptors fail, are dropped, and the read says why
     with pytest.raises(CgroupError, match="cannot read"):
         cg.read_quota(layout, made)
+    assert [p for p in cg._KEPT if p.startswith(made)] == []
+
+
+def test_a_kept_quota_is_written_through_its_descriptor(real_cpu_cgroup: Any, monkeypatch: Any) -> None:
+    """A pod's kept quota file takes writes without an open; the kernel's refusal still reaches the
+    caller; a cgroup removed since is reported as a missing file and its descriptors dropped."""
+    layout, made = real_cpu_cgroup
+    quota = os.path.join(made, "cpu.cfs_quota_us")
+    cg.read_quota(layout, made, keep=True)
+    real_open = os.open
+    opened: List[str] = []
+    monkeypatch.setattr(cg.os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    cg.write_text(quota, "50000")
+    cg.write_text(quota, "150000")  # a longer value after a shorter one: written at offset 0, whole
+    assert opened == []
+    with open(quota, encoding="ascii") as f:
+        assert f.read().strip() == "150000"
+    with pytest.raises(WriteError, match=r"kernel refused '500': Invalid argument"):
+        cg.write_text(quota, "500")  # below the kernel's 1 ms minimum
+    assert quota in cg._KEPT
+    os.rmdir(made)
+    with pytest.raises(WriteError, match="cannot open for writing: No such file or directory"):
+        cg.write_text(quota, "50000")
     assert [p for p in cg._KEPT if p.startswith(made)] == []
 
 

@@ -36,7 +36,7 @@ from .files import FileRefused, KeptFds, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Dict, FrozenSet, List, Optional, Tuple
+    from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 
 def read_layout(cgroup_root: str = "/sys/fs/cgroup", mounts: Optional[List[Tuple[str, str]]] = None) -> Layout:
@@ -88,6 +88,9 @@ def _read_layout(cgroup_root: str) -> Layout:
 
 # path -> (os.path.realpath(path), the (st_dev, st_ino) of the directory it named). Bounded.
 _RESOLVED: Dict[str, Tuple[str, Tuple[int, int]]] = {}
+# Paths found lexically below one of a layout's lexical roots (the tuple itself: the same layout),
+# asked again on every event of their containers; pure, bounded as _RESOLVED is.
+_LEXICAL: Dict[str, Tuple[str, ...]] = {}
 MAX_RESOLVED = 4096
 
 
@@ -140,6 +143,7 @@ def forget_resolved(*paths: str) -> None:
     places (each remembered path would stay until the bound clears them all)."""
     for path in paths:
         _RESOLVED.pop(path, None)
+        _LEXICAL.pop(path, None)
 
 
 def resolve_inside_root(root: str, path: str, what: str, lexical: Tuple[str, ...] = ()) -> str:
@@ -148,8 +152,13 @@ def resolve_inside_root(root: str, path: str, what: str, lexical: Tuple[str, ...
     A path of plain names below one of the ``lexical`` roots (Layout.lexical: a cgroup file system,
     which holds no link) is what it spells: returned as it is.
     """
+    if lexical and _LEXICAL.get(path) is lexical:
+        return path
     for base in lexical:
         if is_lexically_below(base, path):
+            if len(_LEXICAL) >= MAX_RESOLVED:
+                _LEXICAL.clear()
+            _LEXICAL[path] = lexical
             return path
     real = _realpath(path)
     if not _is_below(root, real):
@@ -314,13 +323,16 @@ def read_effective_cpus(layout: Layout, d: str) -> FrozenSet[int]:
     return parse_cpulist(read_text(path), path)
 
 
-# Read descriptors kept open, for the quota files of pods a resident process reads on every event of
-# their containers (read_quota, verify): on a cgroup file system (Layout.lexical) a pread at offset 0
-# regenerates the file's content, so one system call replaces three. A descriptor of a removed
-# cgroup fails (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at most
-# MAX_KEPT, the oldest closed first.
+# Descriptors kept open, for the quota files of pods a resident process reads on every event of
+# their containers (read_quota, verify) and writes when one joins or leaves: on a cgroup file system
+# (Layout.lexical) a pread at offset 0 regenerates the file's content and a pwrite at 0 is one write
+# to it, so one system call replaces three. Opened for reading and writing where we may (read-only
+# otherwise: write_text then opens the file as usual). A descriptor of a removed cgroup fails
+# (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at most MAX_KEPT, the
+# oldest closed first.
 MAX_KEPT = 64
 _KEPT = KeptFds(MAX_KEPT)
+_WRITABLE: Set[str] = set()  # the kept paths whose descriptor was opened for writing too
 
 
 def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
@@ -335,7 +347,14 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
     if not keep or not any(is_lexically_below(base, path) for base in layout.lexical):
         return read_text(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            if len(_WRITABLE) >= 2 * MAX_KEPT:  # paths whose descriptor was closed since
+                _WRITABLE.intersection_update(_KEPT)
+            _WRITABLE.add(path)
+        except PermissionError:  # a read-only file (cpu.cfs_period_us is not, but another may be)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            _WRITABLE.discard(path)
     except OSError as exc:
         raise CgroupError(f"cannot read: {exc.strerror}", path) from None
     try:
@@ -350,6 +369,7 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
 def forget_kept(cgroup_dir: str) -> None:
     """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone)."""
     _KEPT.close_where(lambda path: os.path.dirname(path) == cgroup_dir)
+    _WRITABLE.difference_update([p for p in _WRITABLE if os.path.dirname(p) == cgroup_dir])
 
 
 def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
@@ -367,7 +387,13 @@ def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write one value with a single write(2), so the kernel's verdict reaches us."""
+    """Write one value with a single write(2), so the kernel's verdict reaches us (through the
+    descriptor kept for ``path`` when it was opened for writing: a pod's quota)."""
+    fd = _KEPT.get(path) if path in _WRITABLE else None
+    if fd is not None:
+        if _write_value(fd, path, text, kept=True):
+            return
+        forget_kept(os.path.dirname(path))  # the cgroup went: the open below says so
     try:
         # O_TRUNC is a no-op on cgroupfs (like the shell's ">"), but on a plain file (a fake
         # node) a shorter value must not leave the tail of the longer old one behind.
@@ -380,18 +406,28 @@ def write_text(path: str, text: str) -> None:
                              "through it", path) from None
         raise WriteError(f"cannot open for writing: {exc.strerror}", path) from None
     try:
-        data = text.encode("ascii")
-        if os.write(fd, data) != len(data):
+        _write_value(fd, path, text)
+    finally:
+        os.close(fd)
+
+
+def _write_value(fd: int, path: str, text: str, kept: bool = False) -> bool:
+    """One write(2) of ``text`` to ``fd`` (a kept descriptor: a pwrite at offset 0); False when a
+    kept descriptor's cgroup was removed since (ENODEV): nothing written."""
+    data = text.encode("ascii")
+    try:
+        if (os.pwrite(fd, data, 0) if kept else os.write(fd, data)) != len(data):
             raise WriteError(f"short write of {text!r}", path)
+        return True
     except OSError as exc:
         import errno  # only on this failure path
 
+        if kept and exc.errno == errno.ENODEV:
+            return False
         hint: Dict[Optional[int], str] = {
             errno.EACCES: " (v1: not within the parent's cpuset?)", errno.EINVAL: " (above the parent's quota?)",
             errno.EBUSY: " (a child needs CPUs being removed)", errno.ENOSPC: " (empty cpuset on a populated cgroup)"}
         raise WriteError(f"kernel refused {text!r}: {exc.strerror}{hint.get(exc.errno, '')}", path) from None
-    finally:
-        os.close(fd)
 
 
 def _readlink(path: str) -> str:

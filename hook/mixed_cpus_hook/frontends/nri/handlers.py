@@ -181,8 +181,9 @@ def fill_cpu(resources: "api.LinuxResources", res: Resources) -> None:
         cpu.period.value = res.period
 
 
-def format_adjustment(adj: Adjustment) -> "api.ContainerAdjustment":
-    msg = api.ContainerAdjustment()
+def format_adjustment(adj: Adjustment, msg: Optional["api.ContainerAdjustment"] = None) -> "api.ContainerAdjustment":
+    """The adjustment message (filled into ``msg``, a reply's field, when given: no copy)."""
+    msg = api.ContainerAdjustment() if msg is None else msg
     fill_cpu(msg.linux.resources, adj.resources)
     for key, value in adj.env:
         msg.env.add(key=key, value=value)
@@ -402,11 +403,12 @@ class Handlers:
 
     # CreateContainer -------------------------------------------------------------------
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
-        where = f"nri: CreateContainer {describe_container(req.pod, req.container)}"
+        where = "nri: CreateContainer "  # + describe_container, spelled only for a message
         try:
             pod_annotations = count_annotations(req.pod.annotations, "the pod", where)
             container_annotations = count_annotations(req.container.annotations, "the container", where)
         except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
+            exc.where += describe_container(req.pod, req.container)
             self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
             return api.CreateContainerResponse()
         annotations = dict(pod_annotations)
@@ -419,8 +421,9 @@ class Handlers:
                                                       (pod_annotations, container_annotations)))
             reply = api.CreateContainerResponse(update=format_updates(answer.updates))
             if answer.adjust is not None:
-                reply.adjust.CopyFrom(format_adjustment(answer.adjust))
+                format_adjustment(answer.adjust, reply.adjust)
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
+            where += describe_container(req.pod, req.container)
             self.apply_failure_policy("CreateContainer", where, exc, "created unadjusted")
             return api.CreateContainerResponse()
         return reply  # the engine logged the decision (one line) and its writes
