@@ -17,7 +17,7 @@ could not run (not there, no root).
 
     .venv/bin/python benchmarks/nri_reference.py              # one run, about 1 minute once set up
     .venv/bin/python benchmarks/nri_reference.py --runs 5     # five, and the medians
-    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io   # `make bench-nri`
+    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work   # `make bench-nri`
 
 ``--tmpfs`` runs the tool with TMPDIR=/dev/shm: every configuration's directories (containerd's
 roots, the plugin's state directory) on tmpfs, as the plugin's state is on a node (/run). Without
@@ -29,6 +29,14 @@ ext4 a flush of its data (auto_da_alloc: about 200 us more per save on this mach
 every event without deciding anything, so its ratios to the Go plugin (which still does the work)
 are the cost of the plugin's framework alone: ttrpc, protobuf, the event loop, the interpreter.
 That run's verification problems are expected (nothing is mixed) and its ratios are not goals.
+
+``--go-work`` adds one run in which the plugin's handlers do only the Go plugin's work
+(``benchmarks/nri_go_work.py``, through NRI_REFERENCE_WRAP): the product's event loop, ttrpc and
+protobuf, and handlers that check the annotation, read and raise the pod's quota, answer and
+remember the container in a dict, as the Go plugin's do. Its ratios are the floor of a Python
+plugin for this job on this framework: what is above them in the product's is its own duties
+(records, the state lock, kubelet's checkpoint, checking every value the runtime sends, reading
+back what it wrote, the journal).
 
 ``--no-record-io`` adds one run in which the plugin keeps its records in memory only
 (``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
@@ -105,8 +113,9 @@ exec "$@"
 """
 
 
-# --no-record-io: our plugin runs under its own interpreter with the store patched to memory.
-MEMORY_WRAP = """#!/bin/sh
+# --no-record-io: our plugin runs under its own interpreter with the store patched to memory;
+# --go-work: with its handlers replaced by the Go plugin's work. The same wrapper, another script.
+SCRIPT_WRAP = """#!/bin/sh
 key=$1; shift
 case "$1" in
   *mixed-cpus-hook) exec "$(dirname "$1")/python" {script} "$@" ;;
@@ -155,6 +164,8 @@ def main() -> int:
     ap.add_argument("--floor", action="store_true", help="one more run in which no container asks: the framework's cost")
     ap.add_argument("--no-record-io", action="store_true",
                     help="one more run with the plugin's records in memory only: what the record files cost")
+    ap.add_argument("--go-work", action="store_true",
+                    help="one more run with the plugin doing only the Go plugin's work: the interpreter's floor for it")
     args = ap.parse_args()
     if not os.access(args.tool, os.X_OK):
         print(f"nri_reference: no reference tool at {args.tool} (this machine kind's ../shared/tools): not run")
@@ -194,7 +205,12 @@ def main() -> int:
     if args.no_record_io:
         script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_memory_records.py"))
         extra.append(("no record I/O: one run with the plugin's records in memory only (built and formatted, "
-                      "never written: not crash-exact, not a product mode)", MEMORY_WRAP.format(script=script)))
+                      "never written: not crash-exact, not a product mode)", SCRIPT_WRAP.format(script=script)))
+    if args.go_work:
+        script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_go_work.py"))
+        extra.append(("the Go plugin's work in Python: one run in which the plugin's handlers do only what the Go "
+                      "plugin does (no record, lock, checkpoint, checks or log; not a product mode)",
+                      SCRIPT_WRAP.format(script=script)))
     for title, wrapper in extra:
         ratios = run_wrapped(args.tool, env, wrapper)
         if ratios is None:
