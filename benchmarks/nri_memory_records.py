@@ -29,7 +29,7 @@ def install() -> Dict[str, bytes]:
 
     def write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None
                     ) -> Tuple[bytes, Tuple[int, int, int]]:
-        data = (r.json.dumps(doc, sort_keys=True) + "\n").encode()  # as the product formats it
+        data = r.format_document(doc)  # as the product formats it
         files[path] = data
         return data, (0, len(data), 0)
 

@@ -313,6 +313,18 @@ def test_release_after_the_pod_cgroup_is_gone(node: Any, run_hook: Callable) -> 
     assert node.records("containers") == {} and node.records("pods") == {}
 
 
+def test_release_with_an_unreadable_pod_quota_fails_and_keeps_the_pod_record(node: Any, run_hook: Callable) -> None:
+    """Only a pod cgroup that is gone is skipped; one that is there with a quota that cannot be
+    read is an error naming the file, and the pod's record stays for the reconcile to finish."""
+    paths = node.add_container("abc", quota=200000, pod_quota=200000)
+    ok(apply(run_hook, node, paths))
+    node.write(paths["pod_rel"], node.quota_name(), "garbled")
+    result = release(run_hook, node, paths)
+    assert result.code != 0 and "cgroup error" in result.err and "pod0f1e2d3c" in result.err, result.err
+    assert list(node.records("pods")) == [os.path.basename(paths["pod_rel"])]
+    assert node.records("containers")["abc"]["phase"] == "releasing"
+
+
 def test_two_containers_in_one_pod(node: Any, run_hook: Callable) -> None:
     a = node.add_container("aaa", name="a", quota=200000, pod_quota=400000)
     b = node.add_container("bbb", name="b", quota=200000)

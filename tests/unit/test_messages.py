@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 import pytest
 
@@ -52,3 +52,40 @@ def test_format_line(message: str, line: str) -> None:
 def test_format_line_cuts_a_huge_line() -> None:
     line = format_line("y" * (1 << 20))
     assert line.endswith("... (cut: 1048576 characters)") and len(line) < 8300
+
+
+class _CountingStream:
+    def __init__(self) -> None:
+        self.writes: List[str] = []
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_released_lines_reach_the_stream_in_few_writes_and_in_order() -> None:
+    """What a request logged is written once its answer is sent: one write for its lines (the
+    sink still gets one call per line), a flood in writes of bounded size."""
+    from mixed_cpus_hook.node import log
+
+    stream, sunk = _CountingStream(), []
+    rep = log.Reporter(stream=stream, sink=lambda prio, line: sunk.append(line), verbose=True)  # type: ignore[arg-type]
+    rep.hold()
+    rep.info("one")
+    rep.warning("two")
+    rep.emit("info", "three", to_stream=False)  # the sink's only
+    assert stream.writes == [] and sunk == []
+    rep.release()
+    assert stream.writes == ["mixed-cpus-hook: one\nmixed-cpus-hook: warning: two\n"]
+    assert sunk == ["one", "two", "three"]
+    stream.writes.clear()
+    rep.hold()
+    for n in range(3000):
+        rep.error(f"{n:05d}" + "x" * 100)
+    rep.release()
+    text = "".join(stream.writes)
+    assert [line[len("mixed-cpus-hook: error: "):][:5] for line in text.splitlines()] == [f"{n:05d}" for n in range(3000)]
+    assert 1 < len(stream.writes) <= 3000 * 125 // log.RELEASE_WRITE + 1
+    assert max(len(w) for w in stream.writes) < log.RELEASE_WRITE + 200

@@ -23,6 +23,7 @@ TAG = "mixed-cpus-hook"
 # every platform; written out so that importing this module does not load syslog.
 LEVELS = {"error": 3, "warning": 4, "info": 6, "debug": 7}
 MAX_HELD = 10000  # lines a Reporter keeps while held; more are logged at once
+RELEASE_WRITE = 1 << 16  # released lines go to the stream in writes of about this many characters
 
 
 def format_line(message: str) -> str:
@@ -91,10 +92,24 @@ class Reporter:
         return self._held is not None
 
     def release(self) -> None:
-        """Log the lines kept since ``hold``, in order."""
+        """Log the lines kept since ``hold``, in order (those for the stream in one write)."""
         held, self._held = self._held, None
+        parts: List[str] = []
+        size = 0
         for level, message, to_stream in held or ():
-            self.emit(level, message, to_stream)
+            text = self._log(level, message, to_stream)
+            if text:
+                parts.append(text)
+                size += len(text)
+                if size >= RELEASE_WRITE:  # a flood of lines is written as it goes, not held whole
+                    self._write("".join(parts))
+                    parts, size = [], 0
+        if parts:
+            self._write("".join(parts))
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
 
     def emit(self, level: str, message: str, to_stream: bool = True) -> None:
         """Log one line; ``info`` reaches stderr only when verbose, errors and warnings always."""
@@ -102,15 +117,21 @@ class Reporter:
         if held is not None and len(held) < MAX_HELD:
             held.append((level, message, to_stream))
             return
+        text = self._log(level, message, to_stream)
+        if text:
+            self._write(text)
+
+    def _log(self, level: str, message: str, to_stream: bool) -> str:
+        """The line to the sink; returns what is for the stream ("" when nothing is)."""
         line = format_line(message)
-        if (to_stream or self.stream_is_log) and (level in ("error", "warning") or self.verbose):
-            self.stream.write(f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n")
-            self.stream.flush()
         if self.sink is not None and level != "debug":
             try:
                 self.sink(LEVELS[level], line)
             except (OSError, ValueError):  # a line the sink still cannot take must not end the hook
                 pass
+        if (to_stream or self.stream_is_log) and (level in ("error", "warning") or self.verbose):
+            return f"{TAG}: {level}: {line}\n" if level != "info" else f"{TAG}: {line}\n"
+        return ""
 
     def error(self, message: str) -> None:
         self.emit("error", message)

@@ -462,6 +462,16 @@ def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
         raise RecordError(f"cannot read: {exc.strerror}", path) from None
 
 
+# One encoder for every record (json.dumps with an option builds a new JSONEncoder per call).
+_ENCODER = json.JSONEncoder(sort_keys=True)
+
+
+def format_document(doc: Dict[str, Any]) -> bytes:
+    """A record file's bytes: one line of JSON (json's C encoder; an indented dump runs in
+    Python), keys sorted, a newline."""
+    return (_ENCODER.encode(doc) + "\n").encode()
+
+
 def parse_document(data: bytes, path: str) -> Any:
     """A record file's JSON; RecordError names the file when it is not JSON."""
     try:
@@ -578,12 +588,12 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int]
                  ) -> Tuple[bytes, Tuple[int, int, int]]:
     """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
 
-    One line (json's C encoder; an indented dump runs in Python), keys sorted. With ``dir_fd``
-    (the folder's kept descriptor) ``tmp`` is a name in it and ``path``'s name is used there;
-    without, the folder is made only when the first open says it is missing. Returns the bytes
-    and the file's identity (inode, size, modification time: a rename changes none of them).
+    The bytes are format_document's. With ``dir_fd`` (the folder's kept descriptor) ``tmp`` is a
+    name in it and ``path``'s name is used there; without, the folder is made only when the first
+    open says it is missing. Returns the bytes and the file's identity (inode, size, modification
+    time: a rename changes none of them).
     """
-    data = (json.dumps(doc, sort_keys=True) + "\n").encode()
+    data = format_document(doc)
     target = path if dir_fd is None else os.path.basename(path)
     try:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.errors import CgroupError
 from ..core.model import Outcome, PodRecord
 from ..core.plan import compute_release, describe
 from ..core.quota import compute_settled
@@ -26,9 +27,9 @@ from .common import inside, live_members, lower_to_base
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import List
+    from typing import List, Optional
 
-    from ..core.cgroup import Layout
+    from ..core.cgroup import Dirs, Layout, Quota
 
 
 def release_locked(state_dir: str, layout: Layout, cid: str, reporter: Reporter, why: str = "released") -> Outcome:
@@ -71,7 +72,8 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
     """The pod without ``cid``: its record first (the new quota listed as ours), then its quota."""
     members = tuple(m for m in live_members(state_dir, pod_rec, keep=cid) if m.id != cid)
     pod = inside(layout, pod_rec.cgroup, f"pod record {pod_rec.key}")
-    if pod is None or not os.path.isdir(pod.cpu):
+    current = _read_pod_quota(layout, pod)
+    if pod is None or current is None:
         if members:
             save_pod(state_dir, pod_rec._replace(members=members))
         else:
@@ -79,7 +81,6 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
             if pod is not None:
                 cg.forget_kept(pod.cpu)
         return []
-    current = cg.read_quota(layout, pod.cpu, keep=True)
     write, target = compute_release(layout, pod, current, pod_rec.quota, [m.share_mcpu for m in members])
     if members:
         pending = pod_rec._replace(members=members, quota=target)
@@ -97,6 +98,19 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
         delete_record(state_dir, "pods", pod_rec.key)
         cg.forget_kept(pod.cpu)
     return describe((write,)) if write is not None else []
+
+
+def _read_pod_quota(layout: Layout, pod: Optional[Dirs]) -> Optional[Quota]:
+    """The pod's quota, None when its cgroup is gone (a read that fails is looked at only then:
+    an unreadable quota of a pod that is there is an error)."""
+    if pod is None:
+        return None
+    try:
+        return cg.read_quota(layout, pod.cpu, keep=True)
+    except CgroupError:
+        if os.path.isdir(pod.cpu):
+            raise
+        return None
 
 
 def release_container(cid: str, state_dir: str, cgroup_root: str, reporter: Reporter,
