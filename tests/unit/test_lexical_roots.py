@@ -184,6 +184,33 @@ def test_a_kept_quota_is_written_through_its_descriptor(real_cpu_cgroup: Any, mo
     assert [p for p in cg._KEPT if p.startswith(made)] == []
 
 
+def test_a_kept_quota_on_a_read_only_mount_is_read_and_its_write_refused_as_before(real_cpu_cgroup: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Where the quota file cannot be opened for writing (a read-only mount of the cgroup file
+    system), it is still read through a kept descriptor, and a write fails as it always did."""
+    import subprocess
+
+    layout, made = real_cpu_cgroup
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "--bind", made, str(mnt)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], check=True)
+        ro = layout._replace(lexical=(str(mnt),))
+        pod = os.path.join(str(mnt), "pod1")
+        os.mkdir(os.path.join(made, "pod1"))
+        quota = os.path.join(pod, "cpu.cfs_quota_us")
+        assert cg.read_quota(ro, pod, keep=True).quota is None
+        assert quota in cg._KEPT and quota not in cg._WRITABLE
+        with pytest.raises(WriteError, match="cannot open for writing: Read-only file system"):
+            cg.write_text(quota, "50000")
+    finally:
+        cg.forget_kept(os.path.join(str(mnt), "pod1"))
+        subprocess.run(["umount", str(mnt)], check=True)
+        if os.path.isdir(os.path.join(made, "pod1")):
+            os.rmdir(os.path.join(made, "pod1"))
+
+
 def test_kept_descriptors_are_bounded(real_cpu_cgroup: Any) -> None:
     layout, made = real_cpu_cgroup
     dirs = [os.path.join(made, f"p{i}") for i in range(cg.MAX_KEPT)]

@@ -352,7 +352,7 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
             if len(_WRITABLE) >= 2 * MAX_KEPT:  # paths whose descriptor was closed since
                 _WRITABLE.intersection_update(_KEPT)
             _WRITABLE.add(path)
-        except PermissionError:  # a read-only file (cpu.cfs_period_us is not, but another may be)
+        except OSError:  # not writable here (a read-only file or mount): read as before, write by path
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             _WRITABLE.discard(path)
     except OSError as exc:
