@@ -1,0 +1,47 @@
+"""benchmarks/nri_request_counts.py reads valgrind's and strace's summaries: what it parses."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, Optional
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "benchmarks"))
+import nri_request_counts as counts  # noqa: E402
+
+STRACE_C = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 31.52    0.010215           3      3061      1040 newfstatat
+ 12.05    0.003905           2      1386           pread64
+  0.00    0.000000           0         2           getpid
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.032410           4      7623      1375 total
+"""
+
+CALLGRIND = [
+    ("collected", "==12== Events    : Ir\n==12== Collected : 1082474611\n==12==\n==12== I   refs:      1,082\n",
+     1082474611),
+    ("the-last-of-two", "==1== Collected : 5\n==2== Collected : 7\n", 7),
+    ("none", "valgrind: failed to start tool 'callgrind'\n", None),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in CALLGRIND], ids=[c[0] for c in CALLGRIND])
+def test_parse_callgrind_total(text: str, expected: Optional[int]) -> None:
+    assert counts.parse_callgrind_total(text) == expected
+
+
+STRACE = [
+    ("table", STRACE_C, {"newfstatat": 3061, "pread64": 1386, "getpid": 2}),
+    ("empty", "", {}),
+    ("header-only", STRACE_C.split("------")[0], {}),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in STRACE], ids=[c[0] for c in STRACE])
+def test_parse_strace_summary(text: str, expected: Dict[str, int]) -> None:
+    assert counts.parse_strace_summary(text) == expected
