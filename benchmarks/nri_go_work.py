@@ -115,15 +115,9 @@ def install() -> Dict[str, Tuple[str, int]]:
 
 
 def main(argv: List[str]) -> int:
-    if len(argv) < 2:
-        print(__doc__.split("\n\n")[2].strip(), file=sys.stderr)
-        return 2
-    install()
-    from mixed_cpus_hook.frontends.entry import entry
+    from nri_memory_records import run_plugin  # beside this script
 
-    sys.argv = argv[1:]
-    entry()
-    return 0
+    return run_plugin(argv, install, __doc__.split("\n\n")[2].strip())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def install() -> Dict[str, bytes]:
@@ -65,16 +65,22 @@ def install() -> Dict[str, bytes]:
     return files
 
 
-def main(argv: List[str]) -> int:
+def run_plugin(argv: List[str], install_device: Callable[[], Any], usage: str) -> int:
+    """``mixed-cpus-hook argv[1:]`` in this process, once ``install_device`` patched it (the
+    measuring devices' main: this one and nri_go_work.py)."""
     if len(argv) < 2:
-        print(__doc__.split("\n\n")[2].strip(), file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
-    install()
+    install_device()
     from mixed_cpus_hook.frontends.entry import entry
 
     sys.argv = argv[1:]
     entry()
     return 0
+
+
+def main(argv: List[str]) -> int:
+    return run_plugin(argv, install, __doc__.split("\n\n")[2].strip())
 
 
 if __name__ == "__main__":

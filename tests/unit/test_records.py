@@ -13,11 +13,13 @@ import pytest
 
 from mixed_cpus_hook.core.errors import RecordError
 from mixed_cpus_hook.store.records import (SCHEMA_VERSION,
+                                           container_exists,
                                            delete_record,
                                            list_records,
                                            load_record,
                                            read_document,
                                            record_path,
+                                           save_container,
                                            save_document,
                                            state_lock)
 
@@ -487,13 +489,11 @@ REMADE_CASES = [
     ("load-finds-the-new-record", {"c2": container_doc("c2")},
      lambda s, rec: load_record(s, "containers", "c2") is not None),
     ("load-misses-the-old-record", {}, lambda s, rec: load_record(s, "containers", "c1") is None),
-    ("exists-in-the-new", {"c2": container_doc("c2")}, lambda s, rec: __import__(
-        "mixed_cpus_hook.store.records", fromlist=["x"]).container_exists(s, "c2")),
+    ("exists-in-the-new", {"c2": container_doc("c2")}, lambda s, rec: container_exists(s, "c2")),
     ("delete-in-the-new", {"c2": container_doc("c2")},
      lambda s, rec: delete_record(s, "containers", "c2") and not os.listdir(Path(s) / "containers")),
-    ("save-lands-in-the-new", {}, lambda s, rec: bool(__import__(
-        "mixed_cpus_hook.store.records", fromlist=["x"]).save_container(s, rec))
-        and os.listdir(Path(s) / "containers") == ["c1.json"]),
+    ("save-lands-in-the-new", {}, lambda s, rec: bool(save_container(s, rec))
+     and os.listdir(Path(s) / "containers") == ["c1.json"]),
 ]
 
 

@@ -36,7 +36,7 @@ from .files import FileRefused, KeptFds, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
 def read_layout(cgroup_root: str = "/sys/fs/cgroup", mounts: Optional[List[Tuple[str, str]]] = None) -> Layout:
@@ -326,13 +326,12 @@ def read_effective_cpus(layout: Layout, d: str) -> FrozenSet[int]:
 # Descriptors kept open, for the quota files of pods a resident process reads on every event of
 # their containers (read_quota, verify) and writes when one joins or leaves: on a cgroup file system
 # (Layout.lexical) a pread at offset 0 regenerates the file's content and a pwrite at 0 is one write
-# to it, so one system call replaces three. Opened for reading and writing where we may (read-only
-# otherwise: write_text then opens the file as usual). A descriptor of a removed cgroup fails
-# (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at most MAX_KEPT, the
-# oldest closed first.
+# to it, so one system call replaces three. Every kept descriptor is open for reading and writing;
+# a file that cannot be opened so (a read-only mount) is read as usual, not kept. A descriptor of a
+# removed cgroup fails (ENODEV) and is dropped; forget_kept drops a pod's when its record goes; at
+# most MAX_KEPT, the oldest closed first.
 MAX_KEPT = 64
 _KEPT = KeptFds(MAX_KEPT)
-_WRITABLE: Set[str] = set()  # the kept paths whose descriptor was opened for writing too
 
 
 def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
@@ -347,16 +346,9 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
     if not keep or not any(is_lexically_below(base, path) for base in layout.lexical):
         return read_text(path)
     try:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            if len(_WRITABLE) >= 2 * MAX_KEPT:  # paths whose descriptor was closed since
-                _WRITABLE.intersection_update(_KEPT)
-            _WRITABLE.add(path)
-        except OSError:  # not writable here (a read-only file or mount): read as before, write by path
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            _WRITABLE.discard(path)
-    except OSError as exc:
-        raise CgroupError(f"cannot read: {exc.strerror}", path) from None
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:  # not writable here (a read-only mount), or not there: read as usual, which says why
+        return read_text(path)
     try:
         text = os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
     except OSError as exc:
@@ -369,7 +361,6 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
 def forget_kept(cgroup_dir: str) -> None:
     """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone)."""
     _KEPT.close_where(lambda path: os.path.dirname(path) == cgroup_dir)
-    _WRITABLE.difference_update([p for p in _WRITABLE if os.path.dirname(p) == cgroup_dir])
 
 
 def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
@@ -388,8 +379,8 @@ def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
 
 def write_text(path: str, text: str) -> None:
     """Write one value with a single write(2), so the kernel's verdict reaches us (through the
-    descriptor kept for ``path`` when it was opened for writing: a pod's quota)."""
-    fd = _KEPT.get(path) if path in _WRITABLE else None
+    descriptor kept for ``path``, a pod's quota, when there is one)."""
+    fd = _KEPT.get(path)
     if fd is not None:
         if _write_value(fd, path, text, kept=True):
             return

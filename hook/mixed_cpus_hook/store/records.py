@@ -34,7 +34,9 @@ from ..node.files import FileRefused, KeptFds, read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+    T = TypeVar("T")
 
 KINDS = {"containers": ID_PATTERN, "pods": NAME_PATTERN}
 SCHEMAS = (1, SCHEMA_VERSION)
@@ -74,7 +76,8 @@ QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 
 # Paths record_path gave, and their (folder, file name): a resident process names the same few
-# records on every event of their containers. Only names that passed are kept; bounded.
+# records on every event of their containers (os.path.split is a dozen Python calls). Only names
+# that passed are kept; bounded.
 _PATHS: Dict[Tuple[str, str, str], str] = {}
 _SPLITS: Dict[str, Tuple[str, str]] = {}
 MAX_PATHS = 4096
@@ -153,6 +156,22 @@ def _reopened(folder: str, create: bool = False) -> Optional[int]:
             pass
         _DIRS.close(folder)
     return _open_dir(folder, create)
+
+
+def _in_dir(folder: str, op: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``op(*args, dir_fd=fd, **kwargs)`` with ``folder``'s kept descriptor, and once more in the
+    directory made again when a missing name says it was removed since; FileNotFoundError when the
+    name (or the folder) is not there."""
+    fd = _dir_fd(folder)
+    if fd is None:
+        raise FileNotFoundError(folder)
+    try:
+        return op(*args, dir_fd=fd, **kwargs)
+    except FileNotFoundError:
+        fd = _reopened(folder)
+        if fd is None:
+            raise
+        return op(*args, dir_fd=fd, **kwargs)
 
 
 def _open_dir(folder: str, create: bool) -> Optional[int]:
@@ -439,17 +458,8 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
     folder, name = _split(path)
-    fd = _dir_fd(folder)
-    if fd is None:
-        return None
     try:
-        try:
-            return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
-        except FileNotFoundError:
-            fd = _reopened(folder)
-            if fd is None:
-                return None
-            return read_regular_file(name, MAX_RECORD_BYTES, follow=False, dir_fd=fd)
+        return _in_dir(folder, read_regular_file, name, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
         return None
     except FileRefused as exc:
@@ -642,17 +652,8 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     path = record_path(state_dir, kind, name)
     _PARSED.pop(path, None)
     folder, base = _split(path)
-    fd = _dir_fd(folder)
-    if fd is None:
-        return False
     try:
-        try:
-            os.unlink(base, dir_fd=fd)
-        except FileNotFoundError:
-            fd = _reopened(folder)
-            if fd is None:
-                return False
-            os.unlink(base, dir_fd=fd)
+        _in_dir(folder, os.unlink, base)
         return True
     except FileNotFoundError:
         return False
@@ -663,17 +664,8 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
 def container_exists(state_dir: str, cid: str) -> bool:
     """Whether a container record file is there (a pod member counts only while it is)."""
     folder, name = _split(record_path(state_dir, "containers", cid))
-    fd = _dir_fd(folder)
-    if fd is None:
-        return False
     try:
-        try:
-            os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            fd = _reopened(folder)
-            if fd is None:
-                return False
-            os.stat(name, dir_fd=fd, follow_symlinks=False)
+        _in_dir(folder, os.stat, name, follow_symlinks=False)
     except OSError:
         return False
     return True

@@ -403,13 +403,13 @@ class Handlers:
 
     # CreateContainer -------------------------------------------------------------------
     def create_container(self, req: "api.CreateContainerRequest") -> "api.CreateContainerResponse":
-        where = "nri: CreateContainer "  # + describe_container, spelled only for a message
+        where = "nri: CreateContainer"  # + describe_container, spelled only for a message
         try:
             pod_annotations = count_annotations(req.pod.annotations, "the pod", where)
             container_annotations = count_annotations(req.container.annotations, "the container", where)
         except RuntimeInputError as exc:  # whether it asks cannot be read: it is not refused for that
-            exc.where += describe_container(req.pod, req.container)
-            self.reporter.warning(f"{exc}: annotations not read, created unadjusted")
+            self.reporter.warning(f"{where} {describe_container(req.pod, req.container)}: {exc.message}: "
+                                  "annotations not read, created unadjusted")
             return api.CreateContainerResponse()
         annotations = dict(pod_annotations)
         annotations.update(container_annotations)
@@ -423,8 +423,8 @@ class Handlers:
             if answer.adjust is not None:
                 format_adjustment(answer.adjust, reply.adjust)
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
-            where += describe_container(req.pod, req.container)
-            self.apply_failure_policy("CreateContainer", where, exc, "created unadjusted")
+            self.apply_failure_policy("CreateContainer", f"{where} {describe_container(req.pod, req.container)}", exc,
+                                      "created unadjusted")
             return api.CreateContainerResponse()
         return reply  # the engine logged the decision (one line) and its writes
 
