@@ -181,6 +181,10 @@ def test_path_unit_fires_on_cgroup_write(tmp_path) -> None:
                  what="t.service after a write inside")
         with open(host_file) as f:
             assert f.read().strip() == "50000"
+        # The path unit watches again only once the service it started is done: a write in
+        # between is not seen (the log line is written before the oneshot ends).
+        wait_for(lambda: sd.systemctl("show", "-p", "SubState", "--value", "t.path").stdout.strip() == "waiting",
+                 what="t.path waiting again")
 
         # A write from the host (same kernfs file) fires it too.
         with open(host_file, "w") as f:
