@@ -70,6 +70,9 @@ class FactsCache:
         self._sysfs: Dict[str, Optional[int]] = {}  # path -> kept descriptor (None: not on sysfs)
         self._mounts: Optional[List[Tuple[str, str]]] = None
         self._last: Optional[NodeFacts] = None
+        # What the last facts were built from: the config and the values the reads above gave
+        # (the same objects while nothing changed, since a hit returns what was put).
+        self._inputs: Tuple[Any, ...] = ()
         self.generation = 0
 
     def get(self, name: str, key: Any) -> Tuple[bool, Any]:
@@ -103,14 +106,29 @@ class FactsCache:
                 self._sysfs[path] = None  # read as usual from now on (and the error said there)
         return read_online_text(path)
 
-    def settle(self, facts: NodeFacts) -> NodeFacts:
-        """``facts`` with this cache's generation, bumped when anything differs from the last read."""
+    def settle(self, facts: NodeFacts, inputs: Tuple[Any, ...] = ()) -> NodeFacts:
+        """``facts`` with this cache's generation, bumped when anything differs from the last read;
+        ``inputs``: what they were built from (compute_unchanged)."""
         last = self._last
         if last is None or facts._replace(generation=last.generation) != last:
             self.generation += 1
         out = facts._replace(generation=self.generation)
         self._last = out
+        self._inputs = inputs
         return out
+
+    def unchanged(self, inputs: Tuple[Any, ...]) -> Optional[NodeFacts]:
+        """The last facts when they were built from these very inputs (the same config and the same
+        objects the reads gave: an unchanged file gives back what was put), else None. Facts built
+        from the same immutable values again would be equal to them and would have passed the same
+        checks: building, checking and comparing them is skipped on every event of a quiet node."""
+        last = self._inputs
+        if len(last) != len(inputs) or not inputs:
+            return None
+        for a, b in zip(last, inputs):
+            if a is not b:
+                return None
+        return self._last
 
 
 def _open_if_sysfs(path: str, mounts: List[Tuple[str, str]]) -> Optional[int]:
@@ -159,8 +177,14 @@ def _parse_checkpoint_file(path: str) -> Tuple[Optional[Checkpoint], str]:
 
 
 def _read_shared(config: Config, cache: Optional[FactsCache]) -> Tuple[FrozenSet[int], str]:
-    if cache is None or config.shared_cpus is not None:
+    if cache is None:
         return load_shared_cpus(config)
+    if config.shared_cpus is not None:  # the setting: parsed once per config text
+        hit, value = cache.get("shared-setting", config.shared_cpus)
+        if not hit:
+            value = load_shared_cpus(config)
+            cache.put("shared-setting", config.shared_cpus, value)
+        return value
     key = _stat_key(config.shared_cpus_file)
     hit, value = cache.get("shared", key)
     if hit:
@@ -205,13 +229,21 @@ def read_node_facts(config: Config, cache: Optional[FactsCache] = None) -> NodeF
     """
     online = _read_online(config, cache)
     checkpoint, note = read_checkpoint(config, cache)
-    if is_pool(config):
+    pool = is_pool(config)
+    shared_read = None if pool else _read_shared(config, cache)
+    inputs = (config, online, checkpoint, note, shared_read)
+    if cache is not None:
+        last = cache.unchanged(inputs)
+        if last is not None:
+            return last
+    if pool:
         facts = _pool_facts(config, online, checkpoint, note, _read_layout(config, cache))
     else:
-        shared, where = _read_shared(config, cache)
+        assert shared_read is not None
+        shared, where = shared_read
         require_subset(shared, online, "shared CPUs (offline or absent)", where)
         facts = NodeFacts(_read_layout(config, cache), shared, where, online, checkpoint, note)
-    return cache.settle(facts) if cache is not None else facts
+    return cache.settle(facts, inputs) if cache is not None else facts
 
 
 def _pool_facts(config: Config, online: FrozenSet[int], checkpoint: Optional[Checkpoint], note: str,
