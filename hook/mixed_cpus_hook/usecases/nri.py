@@ -81,10 +81,13 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     inside the cgroup of the pod ``pod_uid`` (core.cgroup.compute_nri_cgroup)."""
     where = f"container {facts.id}"
     rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
-    dirs = Dirs(cg.join_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root, layout.lexical),
-                cg.join_inside_root(layout.cpu_root, rel, "container cgroup", layout.root, layout.lexical))
+    # ``rel`` is "/name/name..." of plain names (checked there): joined by hand, then resolved.
+    spelled = Dirs(layout.cpuset_root.rstrip("/") + rel, layout.cpu_root.rstrip("/") + rel)
+    dirs = Dirs(cg.resolve_inside_root(layout.root, spelled.cpuset, "container cgroup", layout.lexical),
+                cg.resolve_inside_root(layout.root, spelled.cpu, "container cgroup", layout.lexical))
     pod = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
-    if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):  # a symbolic link on the way
+    # A path that resolved to another (a symbolic link on the way) must still end in the pod's cgroup.
+    if dirs != spelled and not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):
         raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
     return dirs, pod
 

@@ -75,14 +75,16 @@ def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
     (bounds.MAX_ANNOTATIONS: the count is known from the decoded entries, a map is not built)."""
     if len(field) > MAX_ANNOTATIONS:
         raise RuntimeInputError(f"{what} has {len(field)} annotations, more than the {MAX_ANNOTATIONS} read", where)
-    return dict(annotation_pairs(field))
+    if hasattr(field, "items"):
+        return dict(field.items())
+    return {e.key: e.value for e in field}
 
 
 def read_annotations(field: Any, what: str, where: str, counted: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """count_annotations (or ``counted``, what it gave for ``field``), and their size within
-    MAX_ANNOTATIONS_BYTES (an asking container's)."""
-    annotations = dict(counted) if counted is not None else count_annotations(field, what, where)
-    size = sum(len(k) + len(v) for k, v in annotations.items())
+    """count_annotations (or ``counted``, what it gave for ``field``, itself: not a copy), and their
+    size within MAX_ANNOTATIONS_BYTES (an asking container's)."""
+    annotations = counted if counted is not None else count_annotations(field, what, where)
+    size = sum(map(len, annotations)) + sum(map(len, annotations.values()))
     if size > MAX_ANNOTATIONS_BYTES:
         raise RuntimeInputError(f"{what} annotations of {size} characters exceed the {MAX_ANNOTATIONS_BYTES} "
                                 "Kubernetes allows", where)
@@ -109,7 +111,7 @@ def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit:
     """
     where = f"container {quote(container.id, bare=True)}"
     check_request(pod, container, where)
-    annotations = read_annotations(pod.annotations, "pod", where, counted[0])
+    annotations = dict(read_annotations(pod.annotations, "pod", where, counted[0]))  # a copy: ``counted`` stays
     annotations.update(read_annotations(container.annotations, "container", where, counted[1]))
     annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
                         CONTAINER_NAME: container.name})
@@ -125,9 +127,9 @@ def read_claim_env(env: Sequence[str], where: str) -> Tuple[str, ...]:
     """The container's DRA_CPUSET_* entries (the claims); the environment's size within bounds first."""
     if len(env) > MAX_ENV_ENTRIES:
         raise RuntimeInputError(f"environment of {len(env)} entries, more than the {MAX_ENV_ENTRIES} read", where)
-    if sum(len(e) for e in env) > MAX_ENV_BYTES:
+    if sum(map(len, env)) > MAX_ENV_BYTES:
         raise RuntimeInputError(f"environment larger than {MAX_ENV_BYTES} characters", where)
-    return tuple(e for e in env if e.startswith(CLAIM_PREFIX))
+    return tuple([e for e in env if e.startswith(CLAIM_PREFIX)])
 
 
 def parse_cpu(resources: "api.LinuxResources", where: str,
