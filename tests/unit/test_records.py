@@ -566,3 +566,38 @@ def test_kept_state_directories_are_bounded(tmp_path: Path) -> None:
         records.save_document(str(tmp_path / f"s{i}"), "containers", "c1", container_doc("c1"))
     assert len(records._DIRS) <= records.MAX_DIRS
     assert len(os.listdir("/proc/self/fd")) <= before + records.MAX_DIRS
+
+
+def test_a_forked_child_names_its_temporaries_with_its_own_pid(tmp_path: Path) -> None:
+    """The pid in '.<name>.<pid>.tmp' is asked once per process (records._PID): a forked child asks
+    again, or two writers would share a temporary name (and remove_stale_temporaries would take a
+    live writer's for its parent's)."""
+    from mixed_cpus_hook.store import records as store
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the pid its temporaries would carry
+        os.close(read)
+        os.write(write, f"{store._PID[0]} {os.getpid()}".encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        named, own = os.read(read, 100).decode().split()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert named == own != str(os.getpid())
+    assert store._PID[0] == os.getpid()
+
+
+@pytest.mark.parametrize("seconds", [0, 1_700_000_000, 1_700_000_001, 4_102_444_799], ids=str)
+def test_now_stamp_is_the_second_it_is_asked_in(monkeypatch: pytest.MonkeyPatch, seconds: int) -> None:
+    """now_stamp formats once per second (a resident plugin stamps at every event): the text is
+    strftime's for the second asked, whatever was asked before."""
+    import time
+
+    from mixed_cpus_hook.usecases import common
+
+    for now in (seconds + 0.2, seconds + 0.9, seconds + 1.0):
+        monkeypatch.setattr(time, "time", lambda now=now: now)
+        assert common.now_stamp() == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(now)))

@@ -587,9 +587,13 @@ def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[st
     path = record_path(state_dir, kind, name)
     folder = _split(path)[0]
     fd = _dir_fd(folder, create=True)
-    data, key = _write_whole(path, f".{name}.{os.getpid()}.tmp", doc, fd)
+    data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd)
     return path, data, key
 
+
+# This process's id, for the temporaries' names (asked once, and again in a forked child).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 

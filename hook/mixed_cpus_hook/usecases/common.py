@@ -50,8 +50,17 @@ else:
     from ..core.compat import NamedTuple
 
 
+_STAMP: Tuple[int, str] = (-1, "")  # the last second stamped, and its text
+
+
 def now_stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """The record timestamp of this second (formatted once per second: a resident plugin stamps
+    records at every event)."""
+    global _STAMP
+    now = int(time.time())
+    if now != _STAMP[0]:
+        _STAMP = (now, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    return _STAMP[1]
 
 
 def age_of(stamp: str) -> float:
