@@ -27,7 +27,7 @@ def install() -> Dict[str, bytes]:
 
     files: Dict[str, bytes] = {}
 
-    def write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None
+    def write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None, base: str = ""
                     ) -> Tuple[bytes, Tuple[int, int, int]]:
         data = r.format_document(doc)  # as the product formats it
         files[path] = data

@@ -68,12 +68,27 @@ BELOW = [
     ("/cg/cpu", "/cg/cpuset/a", False),
     ("/cg/cpu", "cg/cpu/a", False),
     ("/cg/cpu", "/cg/cpu/..", False),
+    ("/cg/cpu", "/cg/cpu/.", False),
+    ("/cg/cpu", "/cg/cpu//a", False),
+    ("/cg/cpu", "/cg/cpu/...", True),  # a name, not a step
+    ("/cg/cpu", "/cg/cpu/a/..b/.c", True),
 ]
 
 
 @pytest.mark.parametrize("base, path, expected", BELOW, ids=[p for _, p, _ in BELOW])
 def test_is_lexically_below(base: str, path: str, expected: bool) -> None:
     assert is_lexically_below(base, path) is expected
+
+
+JOINS = [("/cg/cpu/pod1", "cpu.max"), ("/cg/cpu/pod1/", "cpu.max"), ("/", "cpu.max"), ("", "cpu.max"),
+         ("relative/dir", "cpuset.cpus")]
+
+
+@pytest.mark.parametrize("d, name", JOINS, ids=[f"{d!r}+{n}" for d, n in JOINS])
+def test_join_file_is_os_path_join_for_a_file_name(d: str, name: str) -> None:
+    from mixed_cpus_hook.core.cgroup import join_file
+
+    assert join_file(d, name) == os.path.join(d, name)
 
 
 def test_paths_off_the_lexical_roots_are_still_resolved_and_refused(tmp_path: Path) -> None:

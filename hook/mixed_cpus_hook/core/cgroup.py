@@ -119,7 +119,8 @@ def is_lexically_below(base: str, path: str) -> bool:
     """``path`` is ``base/<name>/<name>...``: plain names only (no "", ".", ".." part)."""
     if not path.startswith(base) or path[len(base):len(base) + 1] != "/":
         return False
-    return all(part not in ("", ".", "..") for part in path[len(base) + 1:].split("/"))
+    parts = path[len(base) + 1:].split("/")
+    return "" not in parts and "." not in parts and ".." not in parts
 
 
 class Dirs(NamedTuple):
@@ -239,16 +240,22 @@ def compute_pod_matches(pod_dir_name: str, pod_uid: str) -> bool:
     return pod_dir_name.endswith(f"-pod{uid}.slice") or pod_dir_name == f"pod{uid}.slice"
 
 
+def join_file(d: str, name: str) -> str:
+    """os.path.join(d, name) for a plain file ``name`` (no "/"): the cgroup files' paths, built on
+    every event of a resident process."""
+    return d + name if not d or d[-1] == "/" else d + "/" + name
+
+
 def cpuset_file(layout: Layout, d: str) -> str:
-    return os.path.join(d, "cpuset.cpus")
+    return join_file(d, "cpuset.cpus")
 
 
 def effective_file(layout: Layout, d: str) -> str:
-    return os.path.join(d, "cpuset.effective_cpus" if layout.version == 1 else "cpuset.cpus.effective")
+    return join_file(d, "cpuset.effective_cpus" if layout.version == 1 else "cpuset.cpus.effective")
 
 
 def quota_file(layout: Layout, d: str) -> str:
-    return os.path.join(d, "cpu.cfs_quota_us" if layout.version == 1 else "cpu.max")
+    return join_file(d, "cpu.cfs_quota_us" if layout.version == 1 else "cpu.max")
 
 
 def parse_quota_v2(text: str, where: str) -> Quota:

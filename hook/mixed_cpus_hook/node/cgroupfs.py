@@ -24,6 +24,7 @@ from ..core.cgroup import (
     effective_file,
     is_lexically_below,
     is_pod_dir_name,
+    join_file,
     normalize_cgroup_path,
     parse_mountinfo,
     parse_proc_cgroup,
@@ -371,7 +372,7 @@ def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
         return parse_quota_v2(read_text_in(layout, path, keep), path)
     try:
         quota = int(read_text_in(layout, path, keep))
-        period = int(read_text_in(layout, os.path.join(d, "cpu.cfs_period_us"), keep))
+        period = int(read_text_in(layout, join_file(d, "cpu.cfs_period_us"), keep))
     except ValueError:
         raise CgroupError("unexpected content in the CFS quota or period", d) from None
     return Quota(None if quota < 0 else quota, period)

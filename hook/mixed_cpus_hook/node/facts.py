@@ -200,7 +200,10 @@ def _read_online(config: Config, cache: Optional[FactsCache]) -> FrozenSet[int]:
     changed (the same frozenset meanwhile: what is computed from it can be kept by identity)."""
     if cache is None:
         return read_online_cpus(config.sys_root)
-    path = online_file(config.sys_root)
+    hit, path = cache.get("online-file", config.sys_root)
+    if not hit:
+        path = online_file(config.sys_root)
+        cache.put("online-file", config.sys_root, path)
     text = cache.read_sysfs_text(path, config.proc_root)
     hit, value = cache.get("online", text)
     if not hit:

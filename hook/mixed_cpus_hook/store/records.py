@@ -585,9 +585,9 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
-    folder = _split(path)[0]
+    folder, base = _split(path)
     fd = _dir_fd(folder, create=True)
-    data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd)
+    data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd, base)
     return path, data, key
 
 
@@ -598,17 +598,17 @@ os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None, base: str = ""
                  ) -> Tuple[bytes, Tuple[int, int, int]]:
     """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
 
     The bytes are format_document's. With ``dir_fd`` (the folder's kept descriptor) ``tmp`` is a
     name in it and ``path``'s name is used there; without, the folder is made only when the first
     open says it is missing. Returns the bytes and the file's identity (inode, size, modification
-    time: a rename changes none of them).
+    time: a rename changes none of them). ``base``: ``path``'s file name, when the caller has it.
     """
     data = format_document(doc)
-    target = path if dir_fd is None else os.path.basename(path)
+    target = path if dir_fd is None else (base or os.path.basename(path))
     try:
         try:
             fd = os.open(tmp, WRITE_FLAGS, 0o644, dir_fd=dir_fd)
@@ -706,13 +706,14 @@ def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[s
 
 def list_records(state_dir: str, kind: str) -> List[str]:
     """Names of the records of one kind, sorted; temporary files are skipped."""
-    _check_dir(os.path.join(state_dir, kind))
+    folder = os.path.join(state_dir, kind)
+    _check_dir(folder)
     try:
-        entries = os.listdir(os.path.join(state_dir, kind))
+        entries = os.listdir(folder)
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise RecordError(f"cannot list: {exc.strerror}", os.path.join(state_dir, kind)) from None
+        raise RecordError(f"cannot list: {exc.strerror}", folder) from None
     # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed.
     names = [e[: -len(".json")] for e in entries if e.endswith(".json")]
     return sorted(n for n in names if is_plain_name(n, KINDS[kind]))
