@@ -190,8 +190,8 @@ def compute_nri_cgroup(cgroups_path: str, cid: str, pod_uid: str, cgroup_parent:
     rel = compute_systemd_path(cgroups_path) if ":" in cgroups_path else cgroups_path
     if rel is None:
         raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} is neither a path nor slice:prefix:name", where)
-    parts = [p for p in rel.split("/") if p]
-    if any(p in (".", "..") or len(p) > MAX_PATH_COMPONENT for p in parts):
+    parts = list(filter(None, rel.split("/")))
+    if "." in parts or ".." in parts or (parts and max(map(len, parts)) > MAX_PATH_COMPONENT):
         raise CgroupError(f"linux.cgroups_path {quote(cgroups_path)} climbs out of its hierarchy or has a component "
                           f"longer than {MAX_PATH_COMPONENT}", where)
     if len(parts) < 2 or not compute_pod_matches(parts[-2], pod_uid):
@@ -213,7 +213,7 @@ def compute_nri_cgroup(cgroups_path: str, cid: str, pod_uid: str, cgroup_parent:
 
 def normalize_cgroup_path(rel: str) -> str:
     """A cgroup path in one spelling: ``a//b/`` -> ``/a/b``."""
-    return "/" + "/".join(p for p in rel.split("/") if p)
+    return "/" + "/".join(filter(None, rel.split("/")))
 
 
 def compute_spec_cgroup(cgroups_path: str, spec_where: str) -> str:

@@ -186,6 +186,16 @@ def find_link(path: str) -> Optional[Tuple[str, str]]:
     return None
 
 
+def join_plain_inside_root(base: str, rel: str, what: str, root: str, lexical: Tuple[str, ...] = ()) -> str:
+    """``base + rel`` for a ``rel`` already checked to be "/name/name..." of plain names (no "",
+    "." or ".." part: core.cgroup.compute_nri_cgroup's): below a lexical root it is what it
+    spells, with no part to check again; elsewhere resolve_inside_root decides."""
+    path = base.rstrip("/") + rel
+    if base in lexical:
+        return path
+    return resolve_inside_root(root, path, what, lexical)
+
+
 def join_inside_root(base: str, rel: str, what: str, root: str, lexical: Tuple[str, ...] = ()) -> str:
     """``base/rel`` resolved (resolve_inside_root); a ``rel`` with "." or ".." parts is refused."""
     parts = [p for p in rel.split("/") if p]

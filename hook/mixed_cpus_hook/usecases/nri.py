@@ -81,15 +81,16 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     inside the cgroup of the pod ``pod_uid`` (core.cgroup.compute_nri_cgroup)."""
     where = f"container {facts.id}"
     rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
-    # ``rel`` is "/name/name..." of plain names (checked there): joined by hand, then resolved.
-    spelled = Dirs(layout.cpuset_root.rstrip("/") + rel, layout.cpu_root.rstrip("/") + rel)
-    dirs = Dirs(cg.resolve_inside_root(layout.root, spelled.cpuset, "container cgroup", layout.lexical),
-                cg.resolve_inside_root(layout.root, spelled.cpu, "container cgroup", layout.lexical))
-    pod = Dirs(os.path.dirname(dirs.cpuset), os.path.dirname(dirs.cpu))
-    # A path that resolved to another (a symbolic link on the way) must still end in the pod's cgroup.
-    if dirs != spelled and not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):
-        raise CgroupError(f"the container cgroup resolves to {dirs.cpu}, not inside its pod cgroup {pod_rel}", where)
-    return dirs, pod
+    # ``rel`` is "/name/name..." of plain names (checked there).
+    cpuset = cg.join_plain_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root, layout.lexical)
+    cpu = cg.join_plain_inside_root(layout.cpu_root, rel, "container cgroup", layout.root, layout.lexical)
+    if layout.cpuset_root in layout.lexical and layout.cpu_root in layout.lexical:  # as spelled
+        return Dirs(cpuset, cpu), Dirs(layout.cpuset_root.rstrip("/") + pod_rel, layout.cpu_root.rstrip("/") + pod_rel)
+    pod = Dirs(os.path.dirname(cpuset), os.path.dirname(cpu))
+    # A path resolved through a symbolic link must still end in the pod's cgroup.
+    if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):
+        raise CgroupError(f"the container cgroup resolves to {cpu}, not inside its pod cgroup {pod_rel}", where)
+    return Dirs(cpuset, cpu), pod
 
 
 def compute_raise(layout: Layout, pod: Dirs, observed: Quota, share: PodShare) -> Optional[Write]:

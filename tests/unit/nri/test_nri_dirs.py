@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from mixed_cpus_hook.core.cgroup import Dirs
+from mixed_cpus_hook.core.cgroup import Dirs, compute_nri_cgroup
 from mixed_cpus_hook.core.errors import CgroupError
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.facts import read_node_facts
@@ -85,3 +85,35 @@ def test_compute_nri_dirs(fake_node: Callable[..., Any], version: int, driver: s
     assert dirs == Dirs(*(os.path.realpath(d) for d in spelled))
     assert pod == Dirs(*(os.path.dirname(d) for d in dirs))
     assert all(os.path.basename(d) == os.path.basename(os.path.dirname(rel)) for d in pod)
+
+
+# -- below lexical roots (cgroup file systems: no links) the dirs are what the path spells ----------
+
+LEXICAL = {
+    "both-roots-lexical": (("cpuset", "cpu"), True),
+    "cpu-root-not-lexical": (("cpuset",), False),
+    "no-root-lexical": ((), False),
+}
+
+
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+@pytest.mark.parametrize("lexical, spelled_only", LEXICAL.values(), ids=list(LEXICAL))
+def test_compute_nri_dirs_below_lexical_roots(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, driver: str,
+                                              lexical: Any, spelled_only: bool) -> None:
+    """A lexical root's paths are taken as spelled: nothing on the file system is asked (here no
+    cgroup exists at all); a root that is not lexical is resolved as on a fake node."""
+    from mixed_cpus_hook.core.cgroup import Layout
+    from mixed_cpus_hook.node import cgroupfs
+
+    root = str(tmp_path / "cg")
+    roots = {"cpuset": root + "/cpuset", "cpu": root + "/cpu,cpuacct/"}  # a trailing "/" is joined right
+    layout = Layout(1, root, roots["cpuset"], roots["cpu"], tuple(roots[k] for k in lexical))
+    resolved: List[str] = []
+    real = cgroupfs._realpath
+    monkeypatch.setattr(cgroupfs, "_realpath", lambda p: resolved.append(p) or real(p))
+    facts = _facts(driver)
+    rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, APP, POD_UID, facts.pod_cgroup, "test")
+    dirs, pod = compute_nri_dirs(layout, facts, POD_UID)
+    assert dirs == Dirs(root + "/cpuset" + rel, root + "/cpu,cpuacct" + rel)
+    assert pod == Dirs(root + "/cpuset" + pod_rel, root + "/cpu,cpuacct" + pod_rel)
+    assert (resolved == []) is spelled_only
