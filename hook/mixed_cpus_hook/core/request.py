@@ -74,7 +74,7 @@ def _fnmatchcase(name: str, pattern: str) -> bool:
     # fnmatch is imported only for a pattern with a wildcard ("*", "?", "[": a plain namespace
     # name matches only itself, as fnmatchcase would say): its import is a cost on every
     # container start.
-    if not any(c in pattern for c in "*?["):
+    if "*" not in pattern and "?" not in pattern and "[" not in pattern:
         return name == pattern
     from fnmatch import fnmatchcase
 

@@ -354,7 +354,7 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
             return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
         except OSError:
             forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
-    if not keep or not any(is_lexically_below(base, path) for base in layout.lexical):
+    if not keep or not _is_below_lexical(layout, path):
         return read_text(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -367,6 +367,13 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
         raise CgroupError(f"cannot read: {exc.strerror}", path) from None
     _KEPT.keep(path, fd)
     return text
+
+
+def _is_below_lexical(layout: Layout, path: str) -> bool:
+    for base in layout.lexical:
+        if is_lexically_below(base, path):
+            return True
+    return False
 
 
 def forget_kept(cgroup_dir: str) -> None:
