@@ -157,9 +157,7 @@ def resolve_inside_root(root: str, path: str, what: str, lexical: Tuple[str, ...
         return path
     for base in lexical:
         if is_lexically_below(base, path):
-            if len(_LEXICAL) >= MAX_RESOLVED:
-                _LEXICAL.clear()
-            _LEXICAL[path] = lexical
+            _remember_lexical(path, lexical)
             return path
     real = _realpath(path)
     if not _is_below(root, real):
@@ -192,8 +190,15 @@ def join_plain_inside_root(base: str, rel: str, what: str, root: str, lexical: T
     spells, with no part to check again; elsewhere resolve_inside_root decides."""
     path = base.rstrip("/") + rel
     if base in lexical:
+        _remember_lexical(path, lexical)  # the record's copy of it is checked by a lookup
         return path
     return resolve_inside_root(root, path, what, lexical)
+
+
+def _remember_lexical(path: str, lexical: Tuple[str, ...]) -> None:
+    if len(_LEXICAL) >= MAX_RESOLVED:
+        _LEXICAL.clear()
+    _LEXICAL[path] = lexical
 
 
 def join_inside_root(base: str, rel: str, what: str, root: str, lexical: Tuple[str, ...] = ()) -> str:

@@ -117,3 +117,27 @@ def test_compute_nri_dirs_below_lexical_roots(tmp_path: Any, monkeypatch: pytest
     assert dirs == Dirs(root + "/cpuset" + rel, root + "/cpu,cpuacct" + rel)
     assert pod == Dirs(root + "/cpuset" + pod_rel, root + "/cpu,cpuacct" + pod_rel)
     assert (resolved == []) is spelled_only
+
+
+def test_the_spelled_dirs_are_remembered_for_the_records_checks(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """Every later event checks the record's copy of these dirs (usecases.common.inside): below a
+    lexical root that is one lookup of what CreateContainer found, until the container (or its pod)
+    is forgotten."""
+    from mixed_cpus_hook.core.cgroup import Layout
+    from mixed_cpus_hook.node import cgroupfs
+
+    root = str(tmp_path / "cg")
+    layout = Layout(1, root, root + "/cpuset", root + "/cpu", (root + "/cpuset", root + "/cpu"))
+    dirs, pod = compute_nri_dirs(layout, _facts("cgroupfs"), POD_UID)
+    monkeypatch.setattr(cgroupfs, "is_lexically_below", lambda *a: pytest.fail("not remembered"))
+    for path in (*dirs, *pod):
+        assert cgroupfs.resolve_inside_root(root, path, "record", layout.lexical) == path
+    cgroupfs.forget_resolved(*dirs)
+    monkeypatch.undo()
+    assert all(path not in cgroupfs._LEXICAL for path in dirs)
+    assert all(cgroupfs._LEXICAL.get(path) is layout.lexical for path in pod)
+    from mixed_cpus_hook.usecases.release import _forget_pod
+
+    _forget_pod(pod)  # the pod's record went with its last member
+    assert all(path not in cgroupfs._LEXICAL for path in pod)
