@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PREFIX = "mixed_cpus_hook_"
@@ -52,7 +54,9 @@ class Telemetry:
         self._lock = threading.Lock()
         self._requests: Dict[str, int] = {}
         self._errors: Dict[Tuple[str, str], int] = {}
-        self._histograms: Dict[str, Tuple[List[int], float, int]] = {}
+        # event -> [count per bucket (not cumulative; the last slot: above every bucket), sum, count]:
+        # one slot is counted on the request path, the cumulative counts are summed at a scrape.
+        self._histograms: Dict[str, List[Any]] = {}
         self._admitted = 0
         self._pod_quota_raised = 0
         self._connected = False
@@ -63,14 +67,15 @@ class Telemetry:
     # -- what the front end reports ----------------------------------------------------------
     def request(self, event: str, seconds: float) -> None:
         """One runtime request answered (or failed) after ``seconds``."""
+        slot = bisect_left(self.buckets, seconds)  # the first bucket with seconds <= its bound
         with self._lock:
             self._requests[event] = self._requests.get(event, 0) + 1
-            counts, total, n = self._histograms.get(event) or ([0] * len(self.buckets), 0.0, 0)
-            counts = list(counts)
-            for i, bound in enumerate(self.buckets):
-                if seconds <= bound:
-                    counts[i] += 1
-            self._histograms[event] = (counts, total + seconds, n + 1)
+            hist = self._histograms.get(event)
+            if hist is None:
+                hist = self._histograms[event] = [[0] * (len(self.buckets) + 1), 0.0, 0]
+            hist[0][slot] += 1
+            hist[1] += seconds
+            hist[2] += 1
 
     def error(self, event: str, reason: str) -> None:
         """An error while handling ``event``; ``reason`` is the error's kind ("config error" counts as
@@ -103,7 +108,7 @@ class Telemetry:
     def snapshot(self) -> Snapshot:
         with self._lock:
             snap = Snapshot(dict(self._requests), dict(self._errors),
-                            {k: (list(c), t, n) for k, (c, t, n) in self._histograms.items()},
+                            {k: (list(accumulate(c[:-1])), t, n) for k, (c, t, n) in self._histograms.items()},
                             self._admitted, self._pod_quota_raised, self._connected, self._connected_since, None)
         if self.pool_stats is not None:
             try:

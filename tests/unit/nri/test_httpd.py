@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.client
 import socket
 import time
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -83,6 +83,27 @@ def test_exposition_parses_and_counts() -> None:
     assert got[("mixed_cpus_hook_mixed_containers", ())] == 3
     assert got[("mixed_cpus_hook_nri_connected", ())] == 1
     assert got[("mixed_cpus_hook_build_info", (("version", "0.1.0"),))] == 1
+
+
+ANSWER_TIMES = {
+    "on-a-bound": [0.001, 0.0025, 2.0],
+    "between-bounds": [0.0011, 0.3, 0.7],
+    "above-every-bucket": [2.5, 30.0],
+    "zero": [0.0],
+    "many": [i / 1000 for i in range(0, 3000, 7)],
+}
+
+
+@pytest.mark.parametrize("times", ANSWER_TIMES.values(), ids=list(ANSWER_TIMES))
+def test_answer_time_buckets_count_what_is_at_most_each_bound(times: List[float]) -> None:
+    """Each bucket counts the answers that took at most its bound (Prometheus' le), whichever
+    slot a request was counted in on its path; the count and the sum are every answer's."""
+    t = Telemetry()
+    for seconds in times:
+        t.request("StopContainer", seconds)
+    counts, total, n = t.snapshot().histograms["StopContainer"]
+    assert counts == [sum(1 for x in times if x <= bound) for bound in t.buckets]
+    assert (n, total) == (len(times), pytest.approx(sum(times)))
 
 
 def test_unreadable_state_dir_leaves_the_gauge_out() -> None:
