@@ -219,7 +219,11 @@ class Server:
     def handle(self, frame: Frame) -> Optional[bytes]:
         """The bytes to send back for ``frame`` (None: nothing to answer)."""
         sid = frame.stream_id
-        where = f"ttrpc {TYPE_NAMES.get(frame.type, f'type-{frame.type}')} on stream {sid}"
+        if (frame.type == TYPE_REQUEST and not frame.discarded and sid % 2 == 1
+                and sid > self.last_stream_id):  # a new request: the message naming it only on an error
+            self.last_stream_id = sid
+            return self._serve(frame)
+        where = describe_frame(frame)
         if frame.discarded:
             return self._status(sid, RESOURCE_EXHAUSTED, f"message length {frame.discarded} exceed maximum "
                                 f"message size of {MAX_MESSAGE}", where)
@@ -232,7 +236,12 @@ class Server:
             return None
         if sid <= self.last_stream_id:
             return self._status(sid, INVALID_ARGUMENT, "StreamID cannot be re-used and must increment", where)
-        self.last_stream_id = sid
+        raise AssertionError("unreachable: a new request is served above")  # pragma: no cover
+
+    def _serve(self, frame: Frame) -> bytes:
+        """A new request's answer: the handler's response, or the status saying why there is none."""
+        sid = frame.stream_id
+        served: Optional[Call] = None  # the call, once its handler is found (then messages name it)
         try:
             call = parse_request(frame)
             handler = self.handlers.get((call.service, call.method))
@@ -241,16 +250,23 @@ class Server:
                 missing = (f"method {quote(call.method, bare=True)}" if call.service in known
                            else f"service {quote(call.service, bare=True)}")
                 raise RpcError(UNIMPLEMENTED, f"{missing}: not implemented")
-            where = f"{where}: {call.service}/{call.method}"
+            served = call
             data = format_response_data(handler(call))
             if len(data) > MAX_MESSAGE:
                 return self._status(sid, RESOURCE_EXHAUSTED, f"response of {len(data)} bytes exceeds the maximum "
-                                    f"message size of {MAX_MESSAGE}", where)
+                                    f"message size of {MAX_MESSAGE}", describe_frame(frame, served))
             return format_frame(sid, TYPE_RESPONSE, 0, data)
         except RpcError as exc:
-            return self._status(sid, exc.code, exc.message, where)
+            return self._status(sid, exc.code, exc.message, describe_frame(frame, served))
         except Exception as exc:  # noqa: BLE001 - one request must never end the connection's server
-            return self._status(sid, INTERNAL, f"internal error: {quote(exc)}", where)
+            return self._status(sid, INTERNAL, f"internal error: {quote(exc)}", describe_frame(frame, served))
+
+
+def describe_frame(frame: Frame, call: Optional[Call] = None) -> str:
+    """A frame as messages name it: "ttrpc request on stream 7", then ": service/Method" once its
+    handler was found (an unknown method is named by the error itself)."""
+    where = f"ttrpc {TYPE_NAMES.get(frame.type, f'type-{frame.type}')} on stream {frame.stream_id}"
+    return where if call is None else f"{where}: {call.service}/{call.method}"
 
 
 class Client:
