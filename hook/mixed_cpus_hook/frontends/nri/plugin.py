@@ -241,6 +241,7 @@ class Plugin:
             except (DecodeError, ValueError, RecursionError) as exc:
                 raise ttrpc.RpcError(ttrpc.INVALID_ARGUMENT, f"{method}: undecodable request: {quote(str(exc))}") from None
             start = self.clock()
+            took = 0.0
             try:
                 reply = handler(req).SerializeToString()
             except RequestFailed as exc:
@@ -256,8 +257,8 @@ class Plugin:
                 self.reporter.error(f"nri: {method}: internal error: {quote(exc)}: {where}")
                 raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {quote(exc)}") from None
             finally:
-                self.telemetry.request(method, self.clock() - start)
-            took = self.clock() - start
+                took = self.clock() - start
+                self.telemetry.request(method, took)
             if took > SLOW_REQUEST:
                 self.reporter.warning(f"nri: {method} took {took:.2f} s (the runtime gives up after 2 s)")
             if method == "Configure":
