@@ -55,7 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,6 +124,53 @@ exec "$@"
 """
 
 
+# --sections: our plugin under nri_sections.py, its sections written per configuration key (c, cp).
+SECTIONS_WRAP = """#!/bin/sh
+key=$1; shift
+case "$1" in
+  *mixed-cpus-hook) MCH_SECTIONS_OUT={out}/sections-$key.json MCH_SECTIONS_GO_WORK={go_work} \\
+      exec "$(dirname "$1")/python" {script} "$@" ;;
+esac
+exec "$@"
+"""
+
+
+def run_sections(tool: str, env: Dict[str, str], go_work: bool) -> Optional[Tuple[Dict[str, float], Dict[str, List[int]]]]:
+    """One run of the tool with the plugin cut into timed sections (nri_sections.py): the run's
+    ratios and the sections of the plugin behind the relay (the one whose answers are timed)."""
+    with tempfile.TemporaryDirectory(prefix="nri-reference-sections-") as tmp:
+        wrap = os.path.join(tmp, "wrap.sh")
+        with open(wrap, "w", encoding="utf-8") as f:
+            f.write(SECTIONS_WRAP.format(out=shlex.quote(tmp), go_work=int(go_work),
+                                         script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))))
+        os.chmod(wrap, 0o755)
+        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
+        try:
+            with open(os.path.join(tmp, "sections-cp.json"), encoding="utf-8") as f:
+                sections = json.load(f)
+        except (OSError, ValueError) as exc:
+            print(f"nri_reference: no sections from the plugin ({exc})")
+            return None
+    if run is None:
+        return None
+    return read_ratios(run["result"]), sections
+
+
+def format_sections(product: Dict[str, List[int]], go_work: Dict[str, List[int]]) -> List[str]:
+    """Per section: its calls per container cycle and its median in microseconds, the product's
+    beside the Go plugin's work done in Python (sections its handlers do not have are left empty)."""
+    cycles = max(1, len(product.get("CreateContainer handler", [])))
+    go_cycles = max(1, len(go_work.get("CreateContainer handler", [])))
+    lines = [f"  {'section (wall time in the tool)':44} {'product':>16} {'Go work in Python':>18}",
+             f"  {'':44} {'calls  median us':>16} {'calls  median us':>18}"]
+    for label, times in product.items():
+        mine = f"{len(times) / cycles:5.2f} {statistics.median(times) / 1000:9.1f}"
+        theirs = go_work.get(label)
+        other = f"{len(theirs) / go_cycles:5.2f} {statistics.median(theirs) / 1000:9.1f}" if theirs else ""
+        lines.append(f"  {label:44} {mine:>16} {other:>18}")
+    return lines
+
+
 def run_tool(tool: str, env: Dict[str, str]) -> Optional[Dict]:
     """One run of the tool: its result.json and table.txt, or None (printed why) when it could not run."""
     done = subprocess.run([tool], env=env, capture_output=True, text=True, check=False)
@@ -166,6 +213,9 @@ def main() -> int:
                     help="one more run with the plugin's records in memory only: what the record files cost")
     ap.add_argument("--go-work", action="store_true",
                     help="one more run with the plugin doing only the Go plugin's work: the interpreter's floor for it")
+    ap.add_argument("--sections", action="store_true",
+                    help="two more runs with the plugin cut into timed sections (nri_sections.py), the product's "
+                         "and the Go plugin's work in Python: where an answer's time goes in the tool")
     args = ap.parse_args()
     if not os.access(args.tool, os.X_OK):
         print(f"nri_reference: no reference tool at {args.tool} (this machine kind's ../shared/tools): not run")
@@ -218,6 +268,15 @@ def main() -> int:
         print(f"\n{title}:")
         for key in ("create", "update", "stop", "cpu", "cri_create"):
             print(f"  {LABELS[key]:36} {ratios[key]:5.2f}")
+    if args.sections:
+        done = [run_sections(args.tool, env, go_work) for go_work in (False, True)]
+        if done[0] is None or done[1] is None:
+            return 2
+        (ratios, product), (go_ratios, go_work_sections) = done[0], done[1]
+        print(f"\nwhere the time goes: one run each, the plugin behind the relay cut into timed sections "
+              f"(nri_sections.py: a section's wrapper adds about 1 us; answer p50 c'/b' Create {ratios['create']:.2f} "
+              f"with them, {go_ratios['create']:.2f} for the Go work):")
+        print("\n".join(format_sections(product, go_work_sections)))
     return 0
 
 
