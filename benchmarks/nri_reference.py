@@ -159,15 +159,24 @@ def run_sections(tool: str, env: Dict[str, str], go_work: bool) -> Optional[Tupl
 def format_sections(product: Dict[str, List[int]], go_work: Dict[str, List[int]]) -> List[str]:
     """Per section: its calls per container cycle and its median in microseconds, the product's
     beside the Go plugin's work done in Python (sections its handlers do not have are left empty)."""
+    from nri_sections import SECTIONS  # beside this script
+
     cycles = max(1, len(product.get("CreateContainer handler", [])))
     go_cycles = max(1, len(go_work.get("CreateContainer handler", [])))
-    lines = [f"  {'section (wall time in the tool)':44} {'product':>16} {'Go work in Python':>18}",
-             f"  {'':44} {'calls  median us':>16} {'calls  median us':>18}"]
-    for label, times in product.items():
+    order = [label for _m, _o, _a, label in SECTIONS]
+    for event in ("CreateContainer", "UpdateContainer", "StopContainer", "StateChange"):  # each call after its handler
+        call = f"{event} call (decode, handler, encode)"
+        order.insert(order.index(f"{event} handler") + 1 if f"{event} handler" in order else 1, call)
+    lines = [f"  {'section (wall time in the tool)':46} {'product':>16} {'Go work in Python':>18}",
+             f"  {'':46} {'calls  median us':>16} {'calls  median us':>18}"]
+    rows = [(label, product[label]) for label in order if label in product]
+    for label, times in rows:
+        if len(times) < cycles / 10:  # once per connection (Configure, Synchronize): not per container
+            continue
         mine = f"{len(times) / cycles:5.2f} {statistics.median(times) / 1000:9.1f}"
         theirs = go_work.get(label)
         other = f"{len(theirs) / go_cycles:5.2f} {statistics.median(theirs) / 1000:9.1f}" if theirs else ""
-        lines.append(f"  {label:44} {mine:>16} {other:>18}")
+        lines.append(f"  {label:46} {mine:>16} {other:>18}")
     return lines
 
 

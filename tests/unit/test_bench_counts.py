@@ -45,3 +45,23 @@ STRACE = [
 @pytest.mark.parametrize("text,expected", [c[1:] for c in STRACE], ids=[c[0] for c in STRACE])
 def test_parse_strace_summary(text: str, expected: Dict[str, int]) -> None:
     assert counts.parse_strace_summary(text) == expected
+
+
+def test_format_sections_orders_counts_and_leaves_out_per_connection_calls() -> None:
+    """nri_reference.py --sections' table: sections in the request path's order (a call after its
+    handler), calls per container cycle, medians in us, the Go work's column empty where its
+    handlers have no such section, and what runs once per connection (Configure) left out."""
+    import nri_reference as ref
+
+    ms = 1_000_000
+    product = {"records saved": [1 * ms, 3 * ms, 2 * ms, 4 * ms], "Configure call (decode, handler, encode)": [ms],
+               "CreateContainer call (decode, handler, encode)": [9 * ms, 9 * ms],
+               "CreateContainer handler": [8 * ms, 8 * ms], "frame read (recv, demux)": [ms] * 8}
+    go = {"CreateContainer handler": [2 * ms] * 4, "frame read (recv, demux)": [ms] * 16}
+    lines = ref.format_sections(product, go)
+    rows = [line.split("  ")[1].strip() for line in lines[2:]]
+    assert rows == ["frame read (recv, demux)", "CreateContainer handler",
+                    "CreateContainer call (decode, handler, encode)", "records saved"]
+    assert lines[2].split()[-4:] == ["4.00", "1000.0", "4.00", "1000.0"]
+    assert lines[3].split()[-4:] == ["1.00", "8000.0", "1.00", "2000.0"]
+    assert lines[5].split()[-2:] == ["2.00", "2500.0"]  # no Go column: its handlers save nothing
