@@ -157,26 +157,36 @@ def run_sections(tool: str, env: Dict[str, str], go_work: bool) -> Optional[Tupl
 
 
 def format_sections(product: Dict[str, List[int]], go_work: Dict[str, List[int]]) -> List[str]:
-    """Per section: its calls per container cycle and its median in microseconds, the product's
-    beside the Go plugin's work done in Python (sections its handlers do not have are left empty)."""
+    """The framework's sections, then per event its call, its handler and the handler's sections:
+    calls per container cycle (inside a handler: per event) and the median in microseconds (inside
+    a handler: of the section's sum in one event), the product's beside the Go plugin's work in
+    Python (empty where its handlers have no such section). What runs once per connection
+    (Configure, Synchronize) is left out."""
     from nri_sections import SECTIONS  # beside this script
 
-    cycles = max(1, len(product.get("CreateContainer handler", [])))
-    go_cycles = max(1, len(go_work.get("CreateContainer handler", [])))
-    order = [label for _m, _o, _a, label in SECTIONS]
-    for event in ("CreateContainer", "UpdateContainer", "StopContainer", "StateChange"):  # each call after its handler
-        call = f"{event} call (decode, handler, encode)"
-        order.insert(order.index(f"{event} handler") + 1 if f"{event} handler" in order else 1, call)
+    inner = [label for _m, _o, attr, label in SECTIONS if not label.endswith(" handler") and attr != "_read"]
+    order: List[Tuple[str, str]] = [("frame read (recv, demux)", "frame read (recv, demux)")]
+    for event in ("CreateContainer", "UpdateContainer", "StopContainer", "StateChange"):
+        order.append((f"{event} call (decode, handler, encode)", f"{event} call (decode, handler, encode)"))
+        order.append((f"{event} handler", f"{event} handler"))
+        order.extend((f"{event} / {label}", f"  {label}") for label in inner)
+
+    def cell(sections: Dict[str, List[int]], key: str) -> str:
+        times = sections.get(key)
+        cycles = len(sections.get("CreateContainer handler", [])) or 1
+        if not times:
+            return ""
+        calls = sections.get(key + " (calls)")
+        per = sum(calls) / len(calls) if calls else len(times) / cycles
+        return f"{per:5.2f} {statistics.median(times) / 1000:9.1f}"
+
+    cycles = len(product.get("CreateContainer handler", [])) or 1
     lines = [f"  {'section (wall time in the tool)':46} {'product':>16} {'Go work in Python':>18}",
              f"  {'':46} {'calls  median us':>16} {'calls  median us':>18}"]
-    rows = [(label, product[label]) for label in order if label in product]
-    for label, times in rows:
-        if len(times) < cycles / 10:  # once per connection (Configure, Synchronize): not per container
+    for key, label in order:
+        if len(product.get(key, [])) < cycles / 10:  # not there, or once per connection
             continue
-        mine = f"{len(times) / cycles:5.2f} {statistics.median(times) / 1000:9.1f}"
-        theirs = go_work.get(label)
-        other = f"{len(theirs) / go_cycles:5.2f} {statistics.median(theirs) / 1000:9.1f}" if theirs else ""
-        lines.append(f"  {label:46} {mine:>16} {other:>18}")
+        lines.append(f"  {label:46} {cell(product, key):>16} {cell(go_work, key):>18}")
     return lines
 
 

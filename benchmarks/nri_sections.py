@@ -13,7 +13,9 @@ lookups and saves, the pod quota's read and write, the decision, the reply). Wit
 ``MCH_SECTIONS_GO_WORK=1`` the handlers are first replaced by the Go plugin's work
 (``nri_go_work.py``), for the same framework sections beside it.
 
-At exit the plugin writes ``{label: [nanoseconds, ...]}`` as JSON to ``$MCH_SECTIONS_OUT``.
+At exit the plugin writes ``{label: [nanoseconds, ...]}`` as JSON to ``$MCH_SECTIONS_OUT``: a
+section inside a handler as "<event> / <section>", one sum per event (and its calls per event
+under "... (calls)").
 
     MCH_SECTIONS_OUT=FILE PYTHON nri_sections.py MIXED-CPUS-HOOK-ARGV...
 """
@@ -60,13 +62,20 @@ SECTIONS: Tuple[Tuple[str, str, str, str], ...] = (
 )
 
 
+HANDLERS = {"create_container": "CreateContainer", "update_container": "UpdateContainer",
+            "stop_container": "StopContainer"}
+
+
 def install(out: Dict[str, List[int]], go_work: bool = False) -> None:
-    """Wrap every section (and each request's whole call) with a timer appending to ``out``."""
+    """Wrap every section with a timer appending to ``out``: a section run inside a handler is
+    summed per event, under "<event> / <section>" (one sum per event, so its median is what the
+    section costs one such event); the handlers, frame reads and calls under their own labels."""
     if go_work:
         import nri_go_work  # beside this script
 
         nri_go_work.install()
     clock = time.perf_counter_ns
+    current: List[Dict[str, List[int]]] = []  # the event being handled: section -> [ns, calls]
 
     def timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -75,14 +84,37 @@ def install(out: Dict[str, List[int]], go_work: bool = False) -> None:
             try:
                 return fn(*args, **kwargs)
             finally:
-                out.setdefault(label, []).append(clock() - start)
+                took = clock() - start
+                if current:
+                    spent = current[-1].setdefault(label, [0, 0])
+                    spent[0] += took
+                    spent[1] += 1
+                else:
+                    out.setdefault(label, []).append(took)
+        return wrapper
+
+    def handler(fn: Callable[..., Any], event: str) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            current.append({})
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                took = clock() - start
+                spent = current.pop()
+                out.setdefault(f"{event} handler", []).append(took)
+                for label, (ns, calls) in spent.items():
+                    out.setdefault(f"{event} / {label}", []).append(ns)
+                    out.setdefault(f"{event} / {label} (calls)", []).append(calls)
         return wrapper
 
     for module, owner, attr, label in SECTIONS:
         mod = importlib.import_module(f"mixed_cpus_hook.{module}")
         target = getattr(mod, owner) if owner else mod
         if hasattr(target, attr):
-            setattr(target, attr, timed(getattr(target, attr), label))
+            fn = getattr(target, attr)
+            setattr(target, attr, handler(fn, HANDLERS[attr]) if attr in HANDLERS else timed(fn, label))
     plugin = importlib.import_module("mixed_cpus_hook.frontends.nri.plugin").Plugin
     wrap_call = plugin._wrap
 

@@ -48,20 +48,23 @@ def test_parse_strace_summary(text: str, expected: Dict[str, int]) -> None:
 
 
 def test_format_sections_orders_counts_and_leaves_out_per_connection_calls() -> None:
-    """nri_reference.py --sections' table: sections in the request path's order (a call after its
-    handler), calls per container cycle, medians in us, the Go work's column empty where its
-    handlers have no such section, and what runs once per connection (Configure) left out."""
+    """nri_reference.py --sections' table: the framework first, then each event's call, handler and
+    the handler's sections (per event: the mean of its calls, the median of its sum), the Go work's
+    column empty where its handlers have no such section, and what runs once per connection
+    (Configure) left out."""
     import nri_reference as ref
 
     ms = 1_000_000
-    product = {"records saved": [1 * ms, 3 * ms, 2 * ms, 4 * ms], "Configure call (decode, handler, encode)": [ms],
-               "CreateContainer call (decode, handler, encode)": [9 * ms, 9 * ms],
-               "CreateContainer handler": [8 * ms, 8 * ms], "frame read (recv, demux)": [ms] * 8}
+    product = {"CreateContainer / records saved": [1 * ms, 3 * ms, 2 * ms, 4 * ms],
+               "CreateContainer / records saved (calls)": [2, 2, 2, 2],
+               "Configure call (decode, handler, encode)": [ms],
+               "CreateContainer call (decode, handler, encode)": [9 * ms] * 4,
+               "CreateContainer handler": [8 * ms] * 4, "frame read (recv, demux)": [ms] * 16}
     go = {"CreateContainer handler": [2 * ms] * 4, "frame read (recv, demux)": [ms] * 16}
     lines = ref.format_sections(product, go)
-    rows = [line.split("  ")[1].strip() for line in lines[2:]]
-    assert rows == ["frame read (recv, demux)", "CreateContainer handler",
-                    "CreateContainer call (decode, handler, encode)", "records saved"]
+    rows = [line[2:48].strip() for line in lines[2:]]
+    assert rows == ["frame read (recv, demux)", "CreateContainer call (decode, handler, encode)",
+                    "CreateContainer handler", "records saved"]
     assert lines[2].split()[-4:] == ["4.00", "1000.0", "4.00", "1000.0"]
-    assert lines[3].split()[-4:] == ["1.00", "8000.0", "1.00", "2000.0"]
+    assert lines[4].split()[-4:] == ["1.00", "8000.0", "1.00", "2000.0"]
     assert lines[5].split()[-2:] == ["2.00", "2500.0"]  # no Go column: its handlers save nothing
