@@ -108,7 +108,7 @@ class FactsCache:
 
     def settle(self, facts: NodeFacts, inputs: Tuple[Any, ...] = ()) -> NodeFacts:
         """``facts`` with this cache's generation, bumped when anything differs from the last read;
-        ``inputs``: what they were built from (compute_unchanged)."""
+        ``inputs``: what they were built from (see unchanged)."""
         last = self._last
         if last is None or facts._replace(generation=last.generation) != last:
             self.generation += 1
