@@ -155,10 +155,9 @@ def resolve_inside_root(root: str, path: str, what: str, lexical: Tuple[str, ...
     """
     if lexical and _LEXICAL.get(path) is lexical:
         return path
-    for base in lexical:
-        if is_lexically_below(base, path):
-            _remember_lexical(path, lexical)
-            return path
+    if _is_below_any(lexical, path):
+        _remember_lexical(path, lexical)
+        return path
     real = _realpath(path)
     if not _is_below(root, real):
         link = find_link(path)
@@ -359,7 +358,7 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
             return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
         except OSError:
             forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
-    if not keep or not _is_below_lexical(layout, path):
+    if not keep or not _is_below_any(layout.lexical, path):
         return read_text(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -374,8 +373,9 @@ def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
     return text
 
 
-def _is_below_lexical(layout: Layout, path: str) -> bool:
-    for base in layout.lexical:
+def _is_below_any(lexical: Tuple[str, ...], path: str) -> bool:
+    """Whether ``path`` is lexically below one of the ``lexical`` roots (is_lexically_below)."""
+    for base in lexical:
         if is_lexically_below(base, path):
             return True
     return False
