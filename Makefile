@@ -72,7 +72,7 @@ bench: venv
 	$(PY) benchmarks/run.py
 
 bench-nri: venv
-	$(PY) benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work
+	$(PY) benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work --duties
 
 bench-reapply: venv
 	$(PY) benchmarks/reapply_latency.py

@@ -17,7 +17,7 @@ could not run (not there, no root).
 
     .venv/bin/python benchmarks/nri_reference.py              # one run, about 1 minute once set up
     .venv/bin/python benchmarks/nri_reference.py --runs 5     # five, and the medians
-    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work   # `make bench-nri`
+    .venv/bin/python benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work --duties   # `make bench-nri`
 
 ``--tmpfs`` runs the tool with TMPDIR=/dev/shm: every configuration's directories (containerd's
 roots, the plugin's state directory) on tmpfs, as the plugin's state is on a node (/run). Without
@@ -37,6 +37,14 @@ remember the container in a dict, as the Go plugin's do. Its ratios are the floo
 plugin for this job on this framework: what is above them in the product's is its own duties
 (records, the state lock, kubelet's checkpoint, checking every value the runtime sends, reading
 back what it wrote, the journal).
+
+``--duties`` adds one run in which the plugin's handlers do every duty the product keeps on the
+request path (bounds, node facts, the lock, record lookups, the check that no other record holds
+the CPUs, both records written before the answer, the pod quota read, written and read back, a log
+line) with the system calls the product makes for them, in one straight-line function per event
+(``benchmarks/nri_duties.py``): the floor of a Python plugin that keeps the product's guarantees.
+Between it and ``--go-work`` is what the duties cost; between the product and it, what the
+product's structure (engine, layers, record classes) costs.
 
 ``--no-record-io`` adds one run in which the plugin keeps its records in memory only
 (``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
@@ -232,6 +240,9 @@ def main() -> int:
                     help="one more run with the plugin's records in memory only: what the record files cost")
     ap.add_argument("--go-work", action="store_true",
                     help="one more run with the plugin doing only the Go plugin's work: the interpreter's floor for it")
+    ap.add_argument("--duties", action="store_true",
+                    help="one more run with the plugin doing the product's duties in the leanest straight-line Python "
+                         "(nri_duties.py): the floor of a plugin that keeps the product's guarantees")
     ap.add_argument("--sections", action="store_true",
                     help="two more runs with the plugin cut into timed sections (nri_sections.py), the product's "
                          "and the Go plugin's work in Python: where an answer's time goes in the tool")
@@ -280,6 +291,11 @@ def main() -> int:
         extra.append(("the Go plugin's work in Python: one run in which the plugin's handlers do only what the Go "
                       "plugin does (no record, lock, checkpoint, checks or log; not a product mode)",
                       SCRIPT_WRAP.format(script=script)))
+    if args.duties:
+        script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_duties.py"))
+        extra.append(("the product's duties in straight-line Python: one run in which the plugin's handlers do every "
+                      "duty the product keeps on the request path with its system calls and no engine (not a "
+                      "product mode)", SCRIPT_WRAP.format(script=script)))
     for title, wrapper in extra:
         ratios = run_wrapped(args.tool, env, wrapper)
         if ratios is None:

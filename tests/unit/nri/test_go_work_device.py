@@ -1,6 +1,8 @@
 """benchmarks/nri_go_work.py measures the interpreter's floor for the Go reference plugin's work: its
 handlers must do that work (and only that) through the product's framework, or its ratios mean
-nothing. Run in a child process: the device patches the handlers' class for the whole process."""
+nothing. benchmarks/nri_duties.py measures the floor of a plugin that keeps the product's duties:
+its handlers must do each duty (records written before the answer and removed at stop, the lock,
+the pod's quota raised, read back and given back, the checks). Run in a child process: the device patches the handlers' class for the whole process."""
 
 from __future__ import annotations
 
@@ -8,16 +10,16 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Dict, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 
-CHILD = r"""
+COMMON = r"""
 import io, json, os, sys
 sys.path[:0] = [os.path.join(REPO, "benchmarks"), os.path.join(REPO, "tests", "unit")]
-import nri_go_work
-tracked = nri_go_work.install()
+device = __import__(DEVICE)
+kept = device.install()
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
 from mixed_cpus_hook.frontends.nri.wire import api
 from mixed_cpus_hook.node.config import load_config
@@ -44,7 +46,10 @@ u = h.update_container(wire("UpdateContainerRequest", req)).update
 out["update"] = [[x.container_id, x.linux.resources.cpu.cpus, x.linux.resources.cpu.quota.value] for x in u]
 other, octr = pod_and_container("b2" * 32, ask=None)
 out["not_asking"] = h.create_container(wire("CreateContainerRequest", api.CreateContainerRequest(pod=other, container=octr))).HasField("adjust")
-out["tracked"] = sorted(tracked)
+"""
+
+GO_WORK_CHILD = COMMON + r"""
+out["tracked"] = sorted(kept)
 h.stop_container(wire("StopContainerRequest", api.StopContainerRequest(pod=pod, container=ctr)))
 out["pod_quota_after_stop"] = quota()
 h.remove_container(wire("RemoveContainerRequest", api.RemoveContainerRequest(pod=pod, container=ctr)))
@@ -54,23 +59,87 @@ print(json.dumps(out))
 """
 
 
-def test_the_device_does_the_go_plugins_work_and_no_more(fake_node: Any) -> None:
+APP = "a1" * 32
+
+
+def _run_child(fake_node: Any, device: str, child: str) -> Tuple[Dict[str, Any], str]:
+    """``child`` run with ``device`` installed on a fake node holding APP: its last stdout line
+    (JSON) and its stderr."""
     node = fake_node(version=1)
-    app = "a1" * 32
+    app = APP
     node.add_container(app, cpus="2-3", quota=200000, pod_quota=200000)
-    head = (f"REPO = {REPO!r}\nCONFIG = {node.config_path!r}\nAPP = {app!r}\nSTATE = {node.state_dir!r}\n"
+    head = (f"REPO = {REPO!r}\nDEVICE = {device!r}\nCONFIG = {node.config_path!r}\nAPP = {app!r}\nSTATE = {node.state_dir!r}\n"
             f"POD_QUOTA = {node.path('kubepods/pod' + POD_UID, 'cpu.cfs_quota_us')!r}\n")
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "hook"))
-    done = subprocess.run([sys.executable, "-c", head + CHILD], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([sys.executable, "-c", head + child], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == {
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _common(app: str) -> Dict[str, Any]:
+    """What COMMON's events give with either device."""
+    return {
         "create": ["0-3", 400000, [["OPENSHIFT_ISOLATED_CPUS", "2-3"], ["OPENSHIFT_SHARED_CPUS", "0-1"]]],
         "pod_quota_raised": 400000,  # + 2 shared CPUs x 100000
         "update": [[app, "0-1,3", 300000]],
         "not_asking": False,
-        "tracked": [app],
+    }
+
+
+def test_the_device_does_the_go_plugins_work_and_no_more(fake_node: Any) -> None:
+    out, _ = _run_child(fake_node, "nri_go_work", GO_WORK_CHILD)
+    assert out == {
+        **_common(APP),
+        "tracked": [APP],
         "pod_quota_after_stop": 200000,
         "pod_quota_after_remove": 200000,  # given back once
         "state_dir_entries": [],  # no record, no lock
     }
+
+
+DUTIES_CHILD = COMMON + r"""
+def records():
+    return {k: sorted(os.listdir(os.path.join(STATE, k))) for k in ("containers", "pods")}
+def refused(msg):
+    try:
+        h.create_container(wire("CreateContainerRequest", msg))
+    except device.Refused as exc:
+        return str(exc)
+    return "answered"
+out["records_after_create"] = records()
+with open(os.path.join(STATE, "containers", APP + ".json")) as f:
+    rec = json.load(f)
+out["record"] = [rec["desired"], rec["exclusive"], rec["quota"]["applied"], rec["phase"]]
+out["lock"] = os.path.isfile(os.path.join(STATE, "lock"))
+h.after_answer()
+taken, tctr = pod_and_container("c3" * 32)
+out["cpus_held"] = refused(api.CreateContainerRequest(pod=taken, container=tctr))
+bad, bctr = pod_and_container("d4" * 32, cpus="2")
+bad.linux.cgroup_parent = "/kubepods/../etc"
+out["bad_path"] = refused(api.CreateContainerRequest(pod=bad, container=bctr))
+h.stop_container(wire("StopContainerRequest", api.StopContainerRequest(pod=pod, container=ctr)))
+out["pod_quota_after_stop"] = quota()
+out["records_after_stop"] = records()
+h.remove_container(wire("RemoveContainerRequest", api.RemoveContainerRequest(pod=pod, container=ctr)))
+out["pod_quota_after_remove"] = quota()
+out["kept_quota_fds"] = len(kept["quota_fds"])
+print(json.dumps(out))
+"""
+
+
+def test_the_device_does_the_products_duties(fake_node: Any) -> None:
+    out, stderr = _run_child(fake_node, "nri_duties", DUTIES_CHILD)
+    assert out == {
+        **_common(APP),
+        "records_after_create": {"containers": [APP + ".json"], "pods": ["pod" + POD_UID + ".json"]},
+        "record": ["0-3", [2, 3], 400000, "applied"],
+        "lock": True,
+        "cpus_held": f"CPUs held by {APP}.json",  # no checkpoint: another record's exclusive CPUs
+        "bad_path": "cgroup path '/kubepods/../etc'",
+        "pod_quota_after_stop": 200000,
+        "records_after_stop": {"containers": [], "pods": []},
+        "pod_quota_after_remove": 200000,  # given back once
+        "kept_quota_fds": 0,
+    }
+    assert f"container {APP} (ran/du-0/app): mixed CPUs 0-3 (exclusive 2-3 + shared 0-1), quota 400000/100000" \
+        in stderr
