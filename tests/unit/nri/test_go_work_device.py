@@ -2,8 +2,7 @@
 handlers must do that work (and only that) through the product's framework, or its ratios mean
 nothing. benchmarks/nri_duties.py measures the floor of a plugin that keeps the product's duties:
 its handlers must do each duty (records written before the answer and removed at stop, the lock,
-the pod's quota raised, read back and given back, the checks). Run in a child process: a device
-patches the handlers' class for the whole process."""
+the pod's quota raised, read back and given back, the checks). Run in a child process: the device patches the handlers' class for the whole process."""
 
 from __future__ import annotations
 
@@ -67,8 +66,9 @@ def _run_child(fake_node: Any, device: str, child: str) -> Tuple[Dict[str, Any],
     """``child`` run with ``device`` installed on a fake node holding APP: its last stdout line
     (JSON) and its stderr."""
     node = fake_node(version=1)
-    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
-    head = (f"REPO = {REPO!r}\nDEVICE = {device!r}\nCONFIG = {node.config_path!r}\nAPP = {APP!r}\nSTATE = {node.state_dir!r}\n"
+    app = APP
+    node.add_container(app, cpus="2-3", quota=200000, pod_quota=200000)
+    head = (f"REPO = {REPO!r}\nDEVICE = {device!r}\nCONFIG = {node.config_path!r}\nAPP = {app!r}\nSTATE = {node.state_dir!r}\n"
             f"POD_QUOTA = {node.path('kubepods/pod' + POD_UID, 'cpu.cfs_quota_us')!r}\n")
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "hook"))
     done = subprocess.run([sys.executable, "-c", head + child], capture_output=True, text=True, env=env, check=False)
@@ -76,12 +76,12 @@ def _run_child(fake_node: Any, device: str, child: str) -> Tuple[Dict[str, Any],
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
-def _common() -> Dict[str, Any]:
+def _common(app: str) -> Dict[str, Any]:
     """What COMMON's events give with either device."""
     return {
         "create": ["0-3", 400000, [["OPENSHIFT_ISOLATED_CPUS", "2-3"], ["OPENSHIFT_SHARED_CPUS", "0-1"]]],
         "pod_quota_raised": 400000,  # + 2 shared CPUs x 100000
-        "update": [[APP, "0-1,3", 300000]],
+        "update": [[app, "0-1,3", 300000]],
         "not_asking": False,
     }
 
@@ -89,7 +89,7 @@ def _common() -> Dict[str, Any]:
 def test_the_device_does_the_go_plugins_work_and_no_more(fake_node: Any) -> None:
     out, _ = _run_child(fake_node, "nri_go_work", GO_WORK_CHILD)
     assert out == {
-        **_common(),
+        **_common(APP),
         "tracked": [APP],
         "pod_quota_after_stop": 200000,
         "pod_quota_after_remove": 200000,  # given back once
@@ -130,7 +130,7 @@ print(json.dumps(out))
 def test_the_device_does_the_products_duties(fake_node: Any) -> None:
     out, stderr = _run_child(fake_node, "nri_duties", DUTIES_CHILD)
     assert out == {
-        **_common(),
+        **_common(APP),
         "records_after_create": {"containers": [APP + ".json"], "pods": ["pod" + POD_UID + ".json"]},
         "record": ["0-3", [2, 3], 400000, "applied"],
         "lock": True,

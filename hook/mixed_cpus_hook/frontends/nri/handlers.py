@@ -65,14 +65,10 @@ def check_id(cid: str, what: str, where: str) -> str:
     return cid
 
 
-# (key, value) of a decoded annotation entry, taken in C: no bytecode per annotation.
-_KEY_VALUE = attrgetter("key", "value")
-
-
 def annotation_pairs(field: Any) -> Iterable[Tuple[str, str]]:
     """(key, value) of a message's annotations: a map (a message built in this process) or the
     repeated entries of api.READ, which requests are decoded into."""
-    return field.items() if hasattr(field, "items") else map(_KEY_VALUE, field)
+    return field.items() if hasattr(field, "items") else ((e.key, e.value) for e in field)
 
 
 def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
@@ -82,7 +78,10 @@ def count_annotations(field: Any, what: str, where: str) -> Dict[str, str]:
         raise RuntimeInputError(f"{what} has {len(field)} annotations, more than the {MAX_ANNOTATIONS} read", where)
     if hasattr(field, "items"):
         return dict(field.items())
-    return dict(map(_KEY_VALUE, field))
+    return dict(map(_KEY_VALUE, field))  # (key, value) of each entry in C: no bytecode per annotation
+
+
+_KEY_VALUE = attrgetter("key", "value")
 
 
 def read_annotations(field: Any, what: str, where: str, counted: Optional[Dict[str, str]] = None) -> Dict[str, str]:
