@@ -15,6 +15,7 @@ from mixed_cpus_hook.core.errors import RecordError
 from mixed_cpus_hook.store.records import (SCHEMA_VERSION,
                                            container_exists,
                                            delete_record,
+                                           format_document,
                                            list_records,
                                            load_record,
                                            read_document,
@@ -601,3 +602,34 @@ def test_now_stamp_is_the_second_it_is_asked_in(monkeypatch: pytest.MonkeyPatch,
     for now in (seconds + 0.2, seconds + 0.9, seconds + 1.0):
         monkeypatch.setattr(time, "time", lambda now=now: now)
         assert common.now_stamp() == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(now)))
+
+
+# format_document's C encoder, made once, against json's own encode with the store's options.
+DOCUMENTS = [
+    ("empty", {}),
+    ("keys-sorted", {"b": 1, "a": 2, "C": 3}),
+    ("nested", {"quota": {"base": None, "applied": 150000, "ours": [150000, 250000]}, "z": [{"y": 1, "x": 2}]}),
+    ("literals", {"t": True, "f": False, "n": None, "neg": -1, "big": 2 ** 70}),
+    ("non-ascii-and-controls", {"é": "ü\u2028\n\t\"\\\x00", "emoji": "\U0001F600"}),
+    ("float", {"f": 0.1, "g": 1e300}),
+]
+
+
+@pytest.mark.parametrize("doc", [d for _, d in DOCUMENTS], ids=[i for i, _ in DOCUMENTS])
+def test_record_bytes_are_json_encode_of_the_document(doc: Dict[str, Any]) -> None:
+    assert format_document(doc) == (json.JSONEncoder(sort_keys=True).encode(doc) + "\n").encode()
+
+
+def test_a_document_that_is_not_json_is_refused_as_json_refuses_it() -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        format_document({"x": object()})
+
+
+@pytest.mark.parametrize("state_dir", ["/run/mixed-cpus-hook", "/run/mixed-cpus-hook/", "/", "relative/dir", "",
+                                       "/a//b"], ids=["plain", "trailing-slash", "root", "relative", "empty",
+                                                      "double-slash"])
+@pytest.mark.parametrize("kind,name", [("containers", "abc"), ("containers", ".x"), ("pods", "pod1:2@3")],
+                         ids=["id", "dot-id", "pod-key"])
+def test_record_path_is_os_path_join(state_dir: str, kind: str, name: str) -> None:
+    path = record_path(state_dir, kind, name)
+    assert path == os.path.join(state_dir, kind, name + ".json")

@@ -58,8 +58,11 @@ CONFIG_KEYS = (
 
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 DIGITS = "0123456789"
+# The characters of ID_PATTERN and NAME_PATTERN.
+ID_CHARS = ALNUM + "_+.-"
+NAME_CHARS = ALNUM + "_+.:@-"
 # pattern -> (its characters, its longest match), for the patterns is_plain_name matches by hand.
-_PLAIN = {ID_PATTERN: (ALNUM + "_+.-", 1024), NAME_PATTERN: (ALNUM + "_+.:@-", 255)}
+_PLAIN = {ID_PATTERN: (ID_CHARS, 1024), NAME_PATTERN: (NAME_CHARS, 255)}
 
 
 def is_plain_name(value: str, pattern: str = ID_PATTERN) -> bool:

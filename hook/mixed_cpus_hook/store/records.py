@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import stat
 
@@ -87,13 +88,26 @@ def record_path(state_dir: str, kind: str, name: str) -> str:
     """The record file for ``name``; refuses anything that is not one plain path component."""
     path = _PATHS.get((state_dir, kind, name))
     if path is None:
-        path = _checked_record_path(state_dir, kind, name)
+        folder = _FOLDERS.get((state_dir, kind))
+        if folder is None:
+            folder = _FOLDERS[(state_dir, kind)] = os.path.join(state_dir, kind)
+        if not is_plain_name(name, KINDS[kind]) or len(name) > MAX_NAME:
+            _refuse_name(folder, kind, name)
+        # os.path.join(state_dir, kind, name + ".json") and its os.path.split, spelled: ``folder``
+        # ends in ``kind`` (no "/"), and a plain name has no "/".
+        base = name + ".json"
+        path = folder + "/" + base
         if len(_PATHS) >= MAX_PATHS:
             _PATHS.clear()
             _SPLITS.clear()
+            _FOLDERS.clear()
         _PATHS[(state_dir, kind, name)] = path
-        _SPLITS[path] = os.path.split(path)
+        _SPLITS[path] = (folder, base)
     return path
+
+
+# (state dir, kind) -> os.path.join of them: the few state subdirectories a process uses.
+_FOLDERS: Dict[Tuple[str, str], str] = {}
 
 
 def _split(path: str) -> Tuple[str, str]:
@@ -101,13 +115,11 @@ def _split(path: str) -> Tuple[str, str]:
     return _SPLITS.get(path) or os.path.split(path)
 
 
-def _checked_record_path(state_dir: str, kind: str, name: str) -> str:
+def _refuse_name(folder: str, kind: str, name: str) -> None:
     if not is_plain_name(name, KINDS[kind]):
-        raise RecordError(f"{name[:80]!r} is not a plain name", os.path.join(state_dir, kind))
-    if len(name) > MAX_NAME:
-        raise RecordError(f"{name[:40]!r}...: longer than {MAX_NAME} characters (its temporary file "
-                          "'.<name>.<pid>.tmp' must fit a 255-byte file name)", os.path.join(state_dir, kind))
-    return os.path.join(state_dir, kind, name + ".json")
+        raise RecordError(f"{name[:80]!r} is not a plain name", folder)
+    raise RecordError(f"{name[:40]!r}...: longer than {MAX_NAME} characters (its temporary file "
+                      "'.<name>.<pid>.tmp' must fit a 255-byte file name)", folder)
 
 
 def _check_dir(path: str) -> None:
@@ -472,14 +484,23 @@ def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
         raise RecordError(f"cannot read: {exc.strerror}", path) from None
 
 
-# One encoder for every record (json.dumps with an option builds a new JSONEncoder per call).
+# One encoder for every record (json.dumps with an option builds a new JSONEncoder per call), and
+# the C function its encode() would make on every call (json.encoder.c_make_encoder, with
+# JSONEncoder's own arguments for these options; no circular check: a record is a tree the store
+# builds), made once; None where the interpreter has no C accelerator (encode() then runs in Python).
 _ENCODER = json.JSONEncoder(sort_keys=True)
+_C_ENCODE = None if c_make_encoder is None else c_make_encoder(
+    None, _ENCODER.default, encode_basestring_ascii, None, _ENCODER.key_separator, _ENCODER.item_separator,
+    True, False, True)
 
 
 def format_document(doc: Dict[str, Any]) -> bytes:
     """A record file's bytes: one line of JSON (json's C encoder; an indented dump runs in
-    Python), keys sorted, a newline."""
-    return (_ENCODER.encode(doc) + "\n").encode()
+    Python), keys sorted, a newline: exactly ``_ENCODER.encode(doc)``'s text
+    (tests/unit/test_records.py compares them)."""
+    if _C_ENCODE is None:
+        return (_ENCODER.encode(doc) + "\n").encode()
+    return ("".join(_C_ENCODE(doc, 0)) + "\n").encode()
 
 
 def parse_document(data: bytes, path: str) -> Any:

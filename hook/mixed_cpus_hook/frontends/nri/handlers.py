@@ -22,13 +22,13 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, O
 from ...core.bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ENV_BYTES,
                             MAX_ENV_ENTRIES, MAX_ID,
                             MAX_NAME, MAX_SYNC_CONTAINERS, MAX_SYNC_KEPT_BYTES, MAX_SYNC_PODS, MAX_UID, check_length,
-                            check_period, check_quota, quote)
+                            check_period, check_quota, quote, QUOTE_LIMIT)
 from ...core.cgroup import Quota
 from ...core.cpuset import format_cpulist, parse_cpulist
 from ...core.errors import CpuListError, HookError, RuntimeInputError
 from ...core.model import Adjustment, Answer, Outcome, Resources, Update
 from ...core.request import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID, may_ask
-from ...core.validate import is_plain_name
+from ...core.validate import ID_CHARS, is_plain_name
 from ...node.config import Config
 from ...node.facts import FactsCache
 from ...node.log import Reporter
@@ -112,19 +112,33 @@ def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit:
     ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
     ``counted``: the pod's and the container's annotations as count_annotations gave them, when
     the caller read them already.
+
+    One pass over plain values (every CreateContainer of an asking container comes here): the
+    bounds of check_request tested at once, check_request itself run only to name what is out of
+    them; annotations, cpulist, quota and period as read_annotations and parse_cpu_values have them.
     """
-    where = f"container {quote(container.id, bare=True)}"
-    check_request(pod, container, where)
+    cid = container.id
+    cpu = container.linux.resources.cpu
+    cpus_text = cpu.cpus
+    where = f"container {cid}" if len(cid) <= QUOTE_LIMIT else f"container {quote(cid, bare=True)}"
+    if not (0 < len(cid) <= MAX_ID and not cid.strip(ID_CHARS) and cid != "." and cid != ".."
+            and len(container.name) <= MAX_NAME and len(pod.name) <= MAX_NAME and len(pod.namespace) <= MAX_NAME
+            and len(pod.uid) <= MAX_UID and len(cpus_text) <= MAX_CPULIST_TEXT
+            and "\0" not in container.name + pod.name + pod.namespace + pod.uid + cpus_text):
+        check_request(pod, container, f"container {quote(cid, bare=True)}")
     annotations = dict(read_annotations(pod.annotations, "pod", where, counted[0]))  # a copy: ``counted`` stays
     annotations.update(read_annotations(container.annotations, "container", where, counted[1]))
-    annotations.update({POD_NAMESPACE: pod.namespace, POD_NAME: pod.name, POD_UID: pod.uid,
-                        CONTAINER_NAME: container.name})
-    cpus, quota, period = parse_cpu(container.linux.resources, f"{where}: linux.resources.cpu", cpus_limit)
-    cpu = container.linux.resources.cpu
-    return ContainerFacts(id=container.id, annotations=annotations, cpus=cpus, quota=quota,
-                          cgroups_path=container.linux.cgroups_path, pod_cgroup=pod.linux.cgroup_parent,
-                          stopped=container.state == STOPPED, period=period, env=read_claim_env(container.env, where),
-                          shares=cpu.shares.value if cpu.HasField("shares") else 0)
+    annotations[POD_NAMESPACE] = pod.namespace
+    annotations[POD_NAME] = pod.name
+    annotations[POD_UID] = pod.uid
+    annotations[CONTAINER_NAME] = container.name
+    quota_value = cpu.quota.value if cpu.HasField("quota") else None
+    period_value = cpu.period.value if cpu.HasField("period") else None
+    cpus, quota, period = parse_cpu_values(cpus_text, quota_value, period_value, f"{where}: linux.resources.cpu",
+                                           cpus_limit)
+    return ContainerFacts(cid, annotations, cpus, quota, container.linux.cgroups_path, pod.linux.cgroup_parent,
+                          container.state == STOPPED, period, read_claim_env(container.env, where),
+                          cpu.shares.value if cpu.HasField("shares") else 0)
 
 
 def read_claim_env(env: Sequence[str], where: str) -> Tuple[str, ...]:
