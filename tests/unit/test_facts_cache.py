@@ -93,3 +93,49 @@ def test_a_refused_read_is_not_remembered(fake_node: Callable[..., Any]) -> None
     _online(node, "0-5")
     back = read_node_facts(config, cache)
     assert back == good._replace(generation=back.generation)
+
+
+# (what changes in kubelet's checkpoint once one is there, whether the facts' values change with it)
+CHECKPOINT_CHANGES: Dict[str, Any] = {
+    "replaced-other-cpus": (lambda n: n.write_checkpoint({"P": {"app": "4-5"}}), True),
+    "replaced-same-entries": (lambda n: n.write_checkpoint({"P": {"app": "2-3"}}), False),
+    "removed": (lambda n: os.unlink(load_config(n.config_path).kubelet_state_file), True),
+    "made-unreadable-json": (lambda n: open(load_config(n.config_path).kubelet_state_file, "w").write("{"), True),
+}
+
+
+@pytest.mark.parametrize("change, differs", CHECKPOINT_CHANGES.values(), ids=list(CHECKPOINT_CHANGES))
+def test_a_checkpoint_change_is_read(fake_node: Callable[..., Any], change: Any, differs: bool) -> None:
+    node = fake_node(online="0-5", shared="0-1")
+    node.write_checkpoint({"P": {"app": "2-3"}})
+    config = load_config(node.config_path)
+    cache = FactsCache()
+    first = read_node_facts(config, cache)
+    assert read_node_facts(config, cache) is first
+    change(node)
+    after = read_node_facts(config, cache)
+    assert after._replace(generation=0) == read_node_facts(config)
+    assert (after.generation != first.generation) is differs
+    assert read_node_facts(config, cache) is after
+
+
+@pytest.mark.parametrize("shared_setting", [None, "1"], ids=["shared-file", "shared-setting"])
+def test_a_quiet_node_costs_its_reads_and_nothing_else(fake_node: Callable[..., Any], monkeypatch: Any,
+                                                       shared_setting: Any) -> None:
+    """While nothing changed an event reads the online CPUs and stats the files, and looks up no
+    cache entry: recheck gives the last facts back from those reads alone."""
+    node = fake_node(online="0-5", shared="0-1", config={"shared_cpus": shared_setting} if shared_setting else None)
+    node.write_checkpoint({"P": {"app": "2-3"}})
+    config = load_config(node.config_path)
+    cache = FactsCache()
+    first = read_node_facts(config, cache)
+    looked_up = []
+    real_get = FactsCache.get
+    monkeypatch.setattr(FactsCache, "get", lambda self, *a: looked_up.append(a[0]) or real_get(self, *a))
+    stats = []
+    real_stat = facts_module._stat_key
+    monkeypatch.setattr(facts_module, "_stat_key", lambda p: stats.append(p) or real_stat(p))
+    assert read_node_facts(config, cache) is first
+    assert looked_up == []
+    expected = [config.kubelet_state_file] + ([] if shared_setting else [config.shared_cpus_file])
+    assert stats == expected

@@ -194,6 +194,22 @@ def join_plain_inside_root(base: str, rel: str, what: str, root: str, lexical: T
     return resolve_inside_root(root, path, what, lexical)
 
 
+def join_plain_in_lexical_roots(layout: Layout, rel: str, pod_rel: str) -> Optional[Tuple[Dirs, Dirs]]:
+    """join_plain_inside_root of ``rel`` (a container's) and ``pod_rel`` (its pod's) under both
+    controllers' roots, when both are lexical (then each path is what it spells, remembered as
+    checked); None when either root is not (join_plain_inside_root resolves them one by one)."""
+    lexical = layout.lexical
+    if layout.cpuset_root not in lexical or layout.cpu_root not in lexical:
+        return None
+    cpuset, cpu = layout.cpuset_root.rstrip("/"), layout.cpu_root.rstrip("/")
+    paths = (cpuset + rel, cpu + rel, cpuset + pod_rel, cpu + pod_rel)
+    if len(_LEXICAL) + 4 > MAX_RESOLVED:
+        _LEXICAL.clear()
+    for path in paths:
+        _LEXICAL[path] = lexical
+    return Dirs(paths[0], paths[1]), Dirs(paths[2], paths[3])
+
+
 def _remember_lexical(path: str, lexical: Tuple[str, ...]) -> None:
     if len(_LEXICAL) >= MAX_RESOLVED:
         _LEXICAL.clear()
@@ -349,16 +365,17 @@ MAX_KEPT = 64
 _KEPT = KeptFds(MAX_KEPT)
 
 
-def read_text_in(layout: Layout, path: str, keep: bool = False) -> str:
+def read_text_in(layout: Layout, path: str, keep: bool = False, below: bool = False) -> str:
     """read_text, through the descriptor kept for ``path`` if there is one; with ``keep`` (a pod's
-    file) one is kept from now on when ``path`` is on a cgroup file system (Layout.lexical)."""
+    file) one is kept from now on when ``path`` is on a cgroup file system (Layout.lexical);
+    ``below``: the caller knows it is (its directory is one join_plain_* gave below such a root)."""
     fd = _KEPT.get(path)
     if fd is not None:
         try:
             return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
         except OSError:
             forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
-    if not keep or not _is_below_any(layout.lexical, path):
+    if not keep or not (below or _is_below_any(layout.lexical, path)):
         return read_text(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -390,11 +407,12 @@ def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
     """The CFS quota and period of cgroup ``d``; ``keep``: a pod's, read on every event of its
     containers (read_text_in keeps the descriptors)."""
     path = quota_file(layout, d)
+    below = keep and _LEXICAL.get(d) is layout.lexical  # a pod's cgroup as join_plain_* gave it
     if layout.version == 2:
-        return parse_quota_v2(read_text_in(layout, path, keep), path)
+        return parse_quota_v2(read_text_in(layout, path, keep, below), path)
     try:
-        quota = int(read_text_in(layout, path, keep))
-        period = int(read_text_in(layout, join_file(d, "cpu.cfs_period_us"), keep))
+        quota = int(read_text_in(layout, path, keep, below))
+        period = int(read_text_in(layout, join_file(d, "cpu.cfs_period_us"), keep, below))
     except ValueError:
         raise CgroupError("unexpected content in the CFS quota or period", d) from None
     return Quota(None if quota < 0 else quota, period)

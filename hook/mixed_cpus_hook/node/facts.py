@@ -73,6 +73,9 @@ class FactsCache:
         # What the last facts were built from: the config and the values the reads above gave
         # (the same objects while nothing changed, since a hit returns what was put).
         self._inputs: Tuple[Any, ...] = ()
+        # What the reads of the last facts saw, for recheck: (config, online CPUs' file, its text,
+        # checkpoint path, its stat key, shared CPUs' file or "", its stat key); None: read again.
+        self._seen: Optional[Tuple[Any, ...]] = None
         self.generation = 0
 
     def get(self, name: str, key: Any) -> Tuple[bool, Any]:
@@ -116,6 +119,46 @@ class FactsCache:
         self._last = out
         self._inputs = inputs
         return out
+
+    def recheck(self, config: Config) -> Optional[NodeFacts]:
+        """The last facts, when the same reads read_node_facts makes (the online CPUs' text, the
+        stat of kubelet's checkpoint and of the shared CPUs' file) give what they gave for them;
+        else None (read_node_facts then reads through the entries). Those reads' hits would give
+        back the very objects the last facts were built from (unchanged): the entries' get, put
+        and comparisons are skipped on every event of a quiet node."""
+        seen = self._seen
+        if seen is None or seen[0] is not config:
+            return None
+        if self.read_sysfs_text(seen[1], config.proc_root) != seen[2]:
+            return None
+        if seen[3] and _stat_key(seen[3]) != seen[4]:
+            return None
+        if seen[5] and _stat_key(seen[5]) != seen[6]:
+            return None
+        return self._last
+
+    def note_seen(self, config: Config, facts: NodeFacts) -> None:
+        """After read_node_facts gave ``facts``: what its reads saw, when each entry holds the very
+        value the facts were built from (else recheck reads through the entries next time)."""
+        self._seen = None
+        entries = self._entries
+        online, path = entries.get("online"), entries.get("online-file")
+        if online is None or path is None or path[0] != config.sys_root or online[1] is not facts.online:
+            return
+        ckpt_path = getattr(config, "kubelet_state_file", "") or ""
+        ckpt_key = None
+        if ckpt_path:
+            ckpt = entries.get("checkpoint:" + ckpt_path)
+            if ckpt is None or ckpt[1][0] is not facts.checkpoint or ckpt[1][1] != facts.checkpoint_note:
+                return
+            ckpt_key = ckpt[0]
+        shared_file, shared_key = "", None
+        if not facts.pool and config.shared_cpus is None:
+            shared = entries.get("shared")
+            if shared is None or shared[1][0] is not facts.shared:
+                return
+            shared_file, shared_key = config.shared_cpus_file, shared[0]
+        self._seen = (config, path[1], online[0], ckpt_path, ckpt_key, shared_file, shared_key)
 
     def unchanged(self, inputs: Tuple[Any, ...]) -> Optional[NodeFacts]:
         """The last facts when they were built from these very inputs (the same config and the same
@@ -230,6 +273,17 @@ def read_node_facts(config: Config, cache: Optional[FactsCache] = None) -> NodeF
     With a ``cache`` a file is parsed again only when it changed (the online CPUs, one small
     sysfs read, always are); without one everything is read.
     """
+    if cache is not None:
+        last = cache.recheck(config)
+        if last is not None:
+            return last
+        facts = _read_node_facts(config, cache)
+        cache.note_seen(config, facts)
+        return facts
+    return _read_node_facts(config, None)
+
+
+def _read_node_facts(config: Config, cache: Optional[FactsCache]) -> NodeFacts:
     online = _read_online(config, cache)
     checkpoint, note = read_checkpoint(config, cache)
     pool = is_pool(config)

@@ -471,6 +471,13 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
     folder, name = _split(path)
     try:
+        fd = _DIRS.get(folder)
+        if fd is not None:  # _in_dir's first step, spelled (a new container's lookup misses here)
+            try:
+                return read_regular_file(name, MAX_RECORD_BYTES, False, fd)
+            except FileNotFoundError:
+                if _reopened(folder) is None:
+                    return None
         return _in_dir(folder, read_regular_file, name, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
         return None
@@ -727,7 +734,7 @@ def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[s
 
 def list_records(state_dir: str, kind: str) -> List[str]:
     """Names of the records of one kind, sorted; temporary files are skipped."""
-    folder = os.path.join(state_dir, kind)
+    folder = _FOLDERS.get((state_dir, kind)) or os.path.join(state_dir, kind)
     _check_dir(folder)
     try:
         entries = os.listdir(folder)

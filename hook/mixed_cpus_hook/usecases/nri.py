@@ -82,12 +82,11 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     where = f"container {facts.id}"
     rel, pod_rel = compute_nri_cgroup(facts.cgroups_path, facts.id, pod_uid, facts.pod_cgroup, where)
     # ``rel`` is "/name/name..." of plain names (checked there).
+    spelled = cg.join_plain_in_lexical_roots(layout, rel, pod_rel)
+    if spelled is not None:  # both on cgroup file systems: as spelled
+        return spelled
     cpuset = cg.join_plain_inside_root(layout.cpuset_root, rel, "container cgroup", layout.root, layout.lexical)
     cpu = cg.join_plain_inside_root(layout.cpu_root, rel, "container cgroup", layout.root, layout.lexical)
-    if layout.cpuset_root in layout.lexical and layout.cpu_root in layout.lexical:  # as spelled
-        return Dirs(cpuset, cpu), Dirs(
-            cg.join_plain_inside_root(layout.cpuset_root, pod_rel, "pod cgroup", layout.root, layout.lexical),
-            cg.join_plain_inside_root(layout.cpu_root, pod_rel, "pod cgroup", layout.root, layout.lexical))
     pod = Dirs(os.path.dirname(cpuset), os.path.dirname(cpu))
     # A path resolved through a symbolic link must still end in the pod's cgroup.
     if not all(os.path.basename(d) == os.path.basename(pod_rel) for d in pod):
