@@ -340,7 +340,7 @@ def format_container_record(rec: ContainerRecord) -> Dict[str, Any]:
     doc = {
         "schema": SCHEMA_VERSION, "id": rec.id, "namespace": rec.identity.namespace, "pod": rec.identity.pod,
         "container": rec.identity.container, "pod_uid": rec.identity.pod_uid, "mode": rec.mode, "phase": rec.phase,
-        "cgroup_version": rec.cgroup_version, "cgroup": _format_dirs(rec.cgroup),
+        "cgroup_version": rec.cgroup_version, "cgroup": {"cpuset": rec.cgroup.cpuset, "cpu": rec.cgroup.cpu},
         "pod_cgroup": _format_dirs(rec.pod_cgroup), "pod_key": rec.pod_key,
         "exclusive": format_cpulist(rec.exclusive), "exclusive_source": rec.exclusive_source,
         "shared": format_cpulist(rec.shared), "desired": format_cpulist(rec.desired),

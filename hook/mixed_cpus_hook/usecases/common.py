@@ -199,7 +199,8 @@ def check_pod_uid(pod: Optional[Dirs], pod_uid: str, where: str) -> None:
 
 
 def pod_key_of(pod: Optional[Dirs]) -> Optional[str]:
-    return None if pod is None else os.path.basename(pod.cpu)
+    """The pod cgroup's name: os.path.basename of its cpu dir (what follows the last "/")."""
+    return None if pod is None else pod.cpu.rpartition("/")[2]
 
 
 def live_members(state_dir: str, pod: Optional[PodRecord], keep: str = "") -> Tuple[Member, ...]:
