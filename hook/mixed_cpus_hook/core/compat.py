@@ -127,7 +127,7 @@ def build_namedtuple(name: str, fields: Iterable[str], defaults: Iterable[Any] =
         return result
 
     def _replace(self: Any, **kwds: Any) -> Any:
-        result = self._make(map(kwds.pop, fields, self))
+        result = tuple_new(type(self), map(kwds.pop, fields, self))  # _make's, without its call
         if kwds:
             raise ValueError(f"Got unexpected field names: {list(kwds)!r}")
         return result

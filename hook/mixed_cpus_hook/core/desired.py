@@ -19,7 +19,7 @@ from .quota import MCPU, QuotaState, compute_pod_hint, compute_quota, compute_qu
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, Iterable, NamedTuple, Optional, Tuple
+    from typing import Dict, FrozenSet, Iterable, NamedTuple, Optional, Tuple
 
     from .cgroup import Quota
 else:
@@ -152,6 +152,13 @@ def compute_source(decision: Exclusive, rec: Optional[ContainerRecord]) -> str:
     return decision.source
 
 
+# The decisions for new containers (no record), by their inputs: a resident process (the NRI plugin)
+# decides the same few cpusets and quotas on every creation. Pure and bounded (MEMO_ENTRIES, then
+# forgotten at once); a key's hash is bounded by the CPUs a node can have.
+MEMO_ENTRIES = 256
+_NEW: Dict[Tuple[Kubelet, FrozenSet[int], Optional[int]], Desired] = {}
+
+
 def compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[ContainerRecord],
                     share_mcpu: Optional[int] = None) -> Desired:
     """THE decision for one container: exclusive ∪ shared, its quota raised by its share.
@@ -160,7 +167,24 @@ def compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[Containe
     shared CPUs are a pool whose size changes (its configured budget); the quota follows
     kubelet's value (a resize is a new base; our own earlier value is recognised, so deciding
     again never adds twice). Unlimited stays unlimited.
+
+    Without a record the decision depends on its three other inputs alone: one made for equal
+    inputs before is given back (the same immutable value).
     """
+    if rec is not None:
+        return _compute_desired(now, shared, rec, share_mcpu)
+    key = (now, shared, share_mcpu)
+    known = _NEW.get(key)
+    if known is None:
+        known = _compute_desired(now, shared, None, share_mcpu)
+        if len(_NEW) >= MEMO_ENTRIES:
+            _NEW.clear()
+        _NEW[key] = known
+    return known
+
+
+def _compute_desired(now: Kubelet, shared: FrozenSet[int], rec: Optional[ContainerRecord],
+                     share_mcpu: Optional[int]) -> Desired:
     prev_pair = (rec.exclusive, rec.shared) if rec is not None else None
     decision = compute_exclusive(now.assigned, now.spec_cpus, now.cpus, shared, prev_pair)
     if decision.cpus is None:

@@ -22,7 +22,7 @@ from .quota import QuotaState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import FrozenSet, NamedTuple, Optional, Tuple
+    from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 else:
     from .compat import NamedTuple
 
@@ -147,7 +147,21 @@ def compute_env(exclusive: FrozenSet[int], shared: FrozenSet[int]) -> Tuple[Tupl
     return ((ISOLATED_ENV, format_cpulist(exclusive)), (SHARED_ENV, format_cpulist(shared)))
 
 
+# Adjustments by what they are made of: every container with the same exclusive and shared CPUs and
+# quota gets an equal one (immutable). Bounded: MEMO_ENTRIES, then forgotten at once.
+MEMO_ENTRIES = 256
+_ADJUSTMENTS: Dict[Tuple[FrozenSet[int], FrozenSet[int], Optional[int], int], Adjustment] = {}
+
+
 def compute_adjustment(rec: ContainerRecord) -> Adjustment:
     """The runtime's view of a record: exclusive + shared, the raised quota, the environment."""
-    return Adjustment(Resources(rec.desired, rec.quota.applied, rec.quota.period), rec.exclusive, rec.shared,
-                      compute_env(rec.exclusive, rec.shared))
+    quota = rec.quota
+    key = (rec.exclusive, rec.shared, quota.applied, quota.period)
+    adj = _ADJUSTMENTS.get(key)
+    if adj is None:
+        adj = Adjustment(Resources(rec.exclusive | rec.shared, quota.applied, quota.period), rec.exclusive, rec.shared,
+                         compute_env(rec.exclusive, rec.shared))
+        if len(_ADJUSTMENTS) >= MEMO_ENTRIES:
+            _ADJUSTMENTS.clear()
+        _ADJUSTMENTS[key] = adj
+    return adj

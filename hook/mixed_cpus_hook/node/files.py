@@ -29,9 +29,8 @@ class KeptFds:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.fds: Dict[str, int] = {}
-
-    def get(self, name: str) -> Optional[int]:
-        return self.fds.get(name)
+        # The kept descriptor of ``name`` (None: none): the dict's own get, asked on every event.
+        self.get: Callable[[str], Optional[int]] = self.fds.get
 
     def keep(self, name: str, fd: int) -> None:
         if len(self.fds) >= self.limit:

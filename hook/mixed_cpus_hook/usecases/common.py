@@ -247,15 +247,16 @@ def build_record(cid: str, identity: Identity, mode: str, phase: str, layout: La
                  pins_lost: bool = False) -> ContainerRecord:
     """The container record for ``desired``, keeping what the previous record knew."""
     assert desired.quota is not None
-    stamp = now_stamp()
+    if prev is None:  # a new container: created and updated now, never reapplied
+        stamp = now_stamp()
+        return ContainerRecord(cid, identity, mode, phase, layout.version, dirs, pod, pod_key_of(pod),
+                               desired.exclusive, desired.source, desired.shared, desired.quota, stamp, stamp,
+                               None, 0, pins_lost)
     return ContainerRecord(
-        id=cid, identity=identity, mode=prev.mode if prev is not None else mode, phase=phase,
-        cgroup_version=layout.version, cgroup=dirs, pod_cgroup=pod, pod_key=pod_key_of(pod),
-        exclusive=desired.exclusive, exclusive_source=desired.source, shared=desired.shared, quota=desired.quota,
-        created=prev.created if prev is not None else stamp, updated=prev.updated if prev is not None else stamp,
-        last_reapply=prev.last_reapply if prev is not None else None,
-        reapplies=prev.reapplies if prev is not None else 0,
-        pins_maybe_lost=bool(prev is not None and prev.pins_maybe_lost) or pins_lost)
+        id=cid, identity=identity, mode=prev.mode, phase=phase, cgroup_version=layout.version, cgroup=dirs,
+        pod_cgroup=pod, pod_key=pod_key_of(pod), exclusive=desired.exclusive, exclusive_source=desired.source,
+        shared=desired.shared, quota=desired.quota, created=prev.created, updated=prev.updated,
+        last_reapply=prev.last_reapply, reapplies=prev.reapplies, pins_maybe_lost=prev.pins_maybe_lost or pins_lost)
 
 
 def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: ContainerRecord,
@@ -264,7 +265,12 @@ def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: Container
     that counts); ``updated`` changes only when something else did. Returns the record saved."""
     if pod is not None and pod != prev_pod:
         save_pod(state_dir, pod)
-    if prev is None or prev._replace(updated="") != rec._replace(updated=""):
+    if prev is None:
+        stamp = now_stamp()
+        if rec.updated != stamp:
+            rec = rec._replace(updated=stamp)
+        save_container(state_dir, rec)
+    elif prev._replace(updated="") != rec._replace(updated=""):
         rec = rec._replace(updated=now_stamp())
         save_container(state_dir, rec)
     elif prev is not None:

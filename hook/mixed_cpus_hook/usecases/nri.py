@@ -123,6 +123,7 @@ class NriEngine:
     def __init__(self, config: Config, reporter: Reporter, cache: Optional[FactsCache] = None,
                  telemetry: Optional[Telemetry] = None) -> None:
         self.config = config
+        self.state_dir = config.state_dir
         self.reporter = reporter
         self.cache = cache or FactsCache()
         self.lock = HeldStateLock(config.state_dir)  # the state lock, its file kept open between events
@@ -146,9 +147,6 @@ class NriEngine:
         return {"cpus": len(last.shared) if last is not None else 0, "containers": {},
                 "exclusivity_failures": self.exclusivity_failures, "rewrites": self.redone}
 
-    @property
-    def state_dir(self) -> str:
-        return self.config.state_dir
 
     def facts(self) -> NodeFacts:
         """The node's facts now (kubelet's checkpoint as it is at this event)."""

@@ -164,9 +164,30 @@ def parse_cpu(resources: "api.LinuxResources", where: str,
                             cpu.period.value if cpu.HasField("period") else None, where, cpus_limit)
 
 
+# parse_cpu_values' answers for short cpulists, by their inputs (kubelet asks for the same few cpusets
+# and quotas again and again); only values that passed, at most MEMO_ENTRIES, then forgotten at once.
+MEMO_TEXT = 64
+MEMO_ENTRIES = 256
+_PARSED_CPU: Dict[Tuple[str, Optional[int], Optional[int], int], Tuple[FrozenSet[int], Optional[Quota], int]] = {}
+
+
 def parse_cpu_values(cpus_text: str, quota_value: Optional[int], period_value: Optional[int],
                      where: str, cpus_limit: int = MAX_CPULIST_TEXT) -> Tuple[FrozenSet[int], Optional[Quota], int]:
     """parse_cpu of the three values (None: the field is not set)."""
+    key = (cpus_text, quota_value, period_value, cpus_limit)
+    known = _PARSED_CPU.get(key)
+    if known is not None:
+        return known
+    parsed = _parse_cpu_values(cpus_text, quota_value, period_value, where, cpus_limit)
+    if len(cpus_text) <= MEMO_TEXT:
+        if len(_PARSED_CPU) >= MEMO_ENTRIES:
+            _PARSED_CPU.clear()
+        _PARSED_CPU[key] = parsed
+    return parsed
+
+
+def _parse_cpu_values(cpus_text: str, quota_value: Optional[int], period_value: Optional[int],
+                      where: str, cpus_limit: int) -> Tuple[FrozenSet[int], Optional[Quota], int]:
     if len(cpus_text) > cpus_limit:
         raise CpuListError(f"cpulist of {len(cpus_text)} characters is longer than the {cpus_limit} that any list "
                            "of this node's online CPUs takes", f"{where}.cpus")
