@@ -89,3 +89,29 @@ def test_released_lines_reach_the_stream_in_few_writes_and_in_order() -> None:
     assert [line[len("mixed-cpus-hook: error: "):][:5] for line in text.splitlines()] == [f"{n:05d}" for n in range(3000)]
     assert 1 < len(stream.writes) <= 3000 * 125 // log.RELEASE_WRITE + 1
     assert max(len(w) for w in stream.writes) < log.RELEASE_WRITE + 200
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held-made-at-release", "not-held-made-now"])
+def test_a_made_line_is_made_when_it_is_logged(held: bool) -> None:
+    """emit_made: the line's text is made when it is logged (after the answer while lines are held),
+    in order with the others, and is the same line emit would log."""
+    from mixed_cpus_hook.node import log
+
+    stream, sunk, made = _CountingStream(), [], []
+    rep = log.Reporter(stream=stream, sink=lambda prio, line: sunk.append(line), verbose=True)  # type: ignore[arg-type]
+
+    def make(a: str, b: int) -> str:
+        made.append((a, b))
+        return f"{a} made {b}\nsecond line"
+
+    if held:
+        rep.hold()
+    rep.info("before")
+    rep.emit_made("info", make, ("x", 2), to_stream=False)
+    rep.warning("after")
+    assert made == ([] if held else [("x", 2)])
+    if held:
+        rep.release()
+    assert made == [("x", 2)]
+    assert sunk == ["before", "x made 2 second line", "after"]
+    assert "".join(stream.writes) == "mixed-cpus-hook: before\nmixed-cpus-hook: warning: after\n"

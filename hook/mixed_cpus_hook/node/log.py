@@ -14,7 +14,7 @@ from ..core.bounds import MAX_LOG_LINE, quote  # noqa: F401 - quote: what log us
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Callable, Dict, List, Optional, TextIO, Tuple
+    from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
     SyslogSink = Callable[[int, str], None]
 
@@ -78,7 +78,8 @@ class Reporter:
         # The stream is where the log is read (the journal under systemd, ``kubectl logs`` in a
         # pod): the lines meant for the log only (emit's to_stream=False) are written there too.
         self.stream_is_log = stream_is_log
-        self._held: Optional[List[Tuple[str, str, bool]]] = None
+        # (level, message or (function, arguments) that make it, to_stream)
+        self._held: Optional[List[Tuple[str, Any, bool]]] = None
 
     def hold(self) -> None:
         """Keep the lines logged from now until ``release``: the NRI plugin logs what a request did
@@ -97,6 +98,8 @@ class Reporter:
         parts: List[str] = []
         size = 0
         for level, message, to_stream in held or ():
+            if type(message) is tuple:  # emit_made's: made now
+                message = message[0](*message[1])
             text = self._log(level, message, to_stream)
             if text:
                 parts.append(text)
@@ -120,6 +123,15 @@ class Reporter:
         text = self._log(level, message, to_stream)
         if text:
             self._write(text)
+
+    def emit_made(self, level: str, make: Callable[..., str], args: Tuple[Any, ...], to_stream: bool = True) -> None:
+        """emit ``make(*args)``, made only when the line is logged: while lines are held (the NRI
+        plugin's answer is on its way), after the answer."""
+        held = self._held
+        if held is not None and len(held) < MAX_HELD:
+            held.append((level, (make, args), to_stream))
+            return
+        self.emit(level, make(*args), to_stream)
 
     def _log(self, level: str, message: str, to_stream: bool) -> str:
         """The line to the sink; returns what is for the stream ("" when nothing is)."""

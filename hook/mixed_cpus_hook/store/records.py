@@ -613,8 +613,10 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
-    folder, base = _split(path)
-    fd = _dir_fd(folder, create=True)
+    folder, base = _SPLITS.get(path) or os.path.split(path)
+    fd = _DIRS.get(folder)
+    if fd is None:
+        fd = _open_dir(folder, True)
     data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd, base)
     return path, data, key
 

@@ -110,6 +110,14 @@ def describe_adjustment(adj: Adjustment) -> str:
             f"{format_cpulist(adj.shared)}), quota {quota}")
 
 
+def format_admitted(rec: ContainerRecord, source: str) -> str:
+    """The one line of a creation: who, what, from where."""
+    identity = rec.identity
+    return (f"container {rec.id} ({identity.namespace}/{identity.pod}/{identity.container}): mixed CPUs "
+            f"{format_cpulist(rec.desired)} (exclusive {format_cpulist(rec.exclusive)} from {source} + shared "
+            f"{format_cpulist(rec.shared)}), quota {format_quota_value(rec.quota.applied)}/{rec.quota.period}")
+
+
 class Placed(NamedTuple):
     """One container decided: its record (saved) and the journal lines of what was written for it."""
 
@@ -310,12 +318,8 @@ class NriEngine:
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
             self._note(facts.id, desired)
             rec = placed.record
-            # The one line of a creation (the pod quota's write has its own): who, what, from where.
-            self.reporter.emit("info", f"container {facts.id} ({identity.namespace}/{identity.pod}/"
-                               f"{identity.container}): mixed CPUs {format_cpulist(rec.desired)} (exclusive "
-                               f"{format_cpulist(rec.exclusive)} from {desired.source} + shared "
-                               f"{format_cpulist(rec.shared)}), quota {format_quota_value(rec.quota.applied)}/"
-                               f"{rec.quota.period}", to_stream=False)
+            # The one line of a creation (the pod quota's write has its own), made after the answer.
+            self.reporter.emit_made("info", format_admitted, (rec, desired.source), to_stream=False)
             self.telemetry.admitted(pod_quota_raised=bool(placed.lines))
             return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
 
