@@ -15,6 +15,7 @@ import pytest
 from mixed_cpus_hook.core import desired as desired_module
 from mixed_cpus_hook.core import model as model_module
 from mixed_cpus_hook.core.cgroup import Dirs, Quota
+from mixed_cpus_hook.core.cpuset import format_cpulist
 from mixed_cpus_hook.core.desired import Desired, Kubelet, compute_desired
 from mixed_cpus_hook.core.errors import CpuListError, RuntimeInputError
 from mixed_cpus_hook.core.model import Adjustment, ContainerRecord, Identity, Resources, compute_adjustment
@@ -123,3 +124,29 @@ def test_each_memo_stays_bounded(monkeypatch: Any, module: Any, name: str, bound
     for i in range(3 * bound + 7):
         ask(i)
         assert 0 < len(getattr(module, name)) <= bound
+
+
+ADJUSTMENTS = [
+    ("finite", Adjustment(Resources(S({0, 1, 2}), 300000, 100000), S({2}), SHARED,
+                          (("OPENSHIFT_ISOLATED_CPUS", "2"), ("OPENSHIFT_SHARED_CPUS", "0-1")))),
+    ("unlimited", Adjustment(Resources(S({0, 1, 5}), None, 100000), S({5}), SHARED,
+                             (("OPENSHIFT_ISOLATED_CPUS", "5"), ("OPENSHIFT_SHARED_CPUS", "0-1")))),
+    ("no-period", Adjustment(Resources(S({0, 1, 7}), None, 0), S({7}), SHARED, ())),
+]
+
+
+@pytest.mark.parametrize("adj", [a for _, a in ADJUSTMENTS], ids=[i for i, _ in ADJUSTMENTS])
+def test_an_adjustment_message_from_the_memo_has_the_fields_of_one_built(monkeypatch: Any, adj: Adjustment) -> None:
+    from mixed_cpus_hook.frontends.nri.handlers import format_adjustment
+    from mixed_cpus_hook.frontends.nri.wire import api
+
+    monkeypatch.setattr(handlers_module, "_ADJUSTMENT_BYTES", {})
+    first = format_adjustment(adj)
+    reply = api.CreateContainerResponse()
+    again = format_adjustment(adj, reply.adjust)  # from the memo, into a reply's field
+    assert again is reply.adjust and again == first
+    cpu = first.linux.resources.cpu
+    assert cpu.cpus == format_cpulist(adj.cpus)
+    assert (cpu.HasField("quota"), cpu.quota.value) == ((True, adj.quota) if adj.quota is not None else (False, 0))
+    assert (cpu.HasField("period"), cpu.period.value) == ((True, adj.period) if adj.period else (False, 0))
+    assert [(e.key, e.value) for e in first.env] == list(adj.env)

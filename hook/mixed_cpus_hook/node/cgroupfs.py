@@ -202,12 +202,11 @@ def join_plain_in_lexical_roots(layout: Layout, rel: str, pod_rel: str) -> Optio
     if layout.cpuset_root not in lexical or layout.cpu_root not in lexical:
         return None
     cpuset, cpu = layout.cpuset_root.rstrip("/"), layout.cpu_root.rstrip("/")
-    paths = (cpuset + rel, cpu + rel, cpuset + pod_rel, cpu + pod_rel)
+    dirs, pod = Dirs(cpuset + rel, cpu + rel), Dirs(cpuset + pod_rel, cpu + pod_rel)
     if len(_LEXICAL) + 4 > MAX_RESOLVED:
         _LEXICAL.clear()
-    for path in paths:
-        _LEXICAL[path] = lexical
-    return Dirs(paths[0], paths[1]), Dirs(paths[2], paths[3])
+    _LEXICAL.update(((dirs[0], lexical), (dirs[1], lexical), (pod[0], lexical), (pod[1], lexical)))
+    return dirs, pod
 
 
 def _remember_lexical(path: str, lexical: Tuple[str, ...]) -> None:

@@ -246,7 +246,9 @@ def parse_quota(q: Any, path: str, field: str) -> QuotaState:
 
 
 def format_quota_doc(q: QuotaState) -> Dict[str, Any]:
-    return {"base": q.base, "applied": q.applied, "period": q.period, "ours": [v for v in q.ours if v is not None]}
+    ours = list(q.ours)
+    return {"base": q.base, "applied": q.applied, "period": q.period,
+            "ours": ours if None not in ours else [v for v in ours if v is not None]}
 
 
 def parse_dirs(d: Any, path: str, field: str) -> Dirs:

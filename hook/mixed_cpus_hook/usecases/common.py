@@ -216,6 +216,8 @@ def live_members(state_dir: str, pod: Optional[PodRecord], keep: str = "") -> Tu
 
 def with_member(members: Sequence[Member], cid: str, share_mcpu: int) -> Tuple[Member, ...]:
     """The members with ``cid`` holding ``share_mcpu`` (added, or its share updated), ordered by id."""
+    if not members:  # the pod's first mixed container
+        return (Member(cid, share_mcpu),)
     out = {m.id: m for m in members}
     out[cid] = Member(cid, share_mcpu)
     return tuple(out[k] for k in sorted(out))
@@ -388,7 +390,7 @@ def decide_pod_share(cid: str, desired: Desired, others: Sequence[Member], obser
     """The pod's members and quota once ``cid`` holds ``desired``'s share; both raised quotas are checked
     against the kernel's maximum here, before anything is saved or written."""
     members = with_member(others, cid, desired.share_mcpu)
-    shares = sum(m.share_mcpu for m in members)
+    shares = sum([m.share_mcpu for m in members]) if len(members) > 1 else members[0].share_mcpu
     quota = None
     if observed is not None:
         quota = compute_pod_quota(observed, prev_pod.quota if prev_pod is not None else None, (shares,),

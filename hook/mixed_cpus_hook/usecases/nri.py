@@ -183,13 +183,12 @@ class NriEngine:
         raised quotas must be ones the kernel takes: both checked before anything is saved.
         """
         desired = compute_desired(now, node.shared, prev, node.share_mcpu)
-        if not desired.mixed:
+        if desired.kind != "mixed":
             return desired, None
         if prev is not None:  # the runtime writes the answer after the reply: the last one stays ours
             desired = desired._replace(quota=compute_in_flight(desired.quota, prev.quota))
-        where = f"container {cid}"
         if now.assigned is None and (prev is None or desired.exclusive != prev.exclusive):
-            require_free(self.state_dir, cid, desired.exclusive, where)
+            require_free(self.state_dir, cid, desired.exclusive, f"container {cid}")
         layout = node.layout
         key = pod_key_of(pod)
         prev_pod = load_pod(self.state_dir, key) if key else None
@@ -212,9 +211,9 @@ class NriEngine:
             except HookError:
                 restore_records(self.state_dir, cid, prev, key, prev_pod)
                 raise
-            settled = new_pod._replace(quota=compute_settled(new_pod.quota))
-            if settled != new_pod:  # a first raise lists only the new value already
-                save_pod(self.state_dir, settled)
+            raised = new_pod.quota
+            if raised is not None and raised.ours != (raised.applied,):  # a first raise lists only it already
+                save_pod(self.state_dir, new_pod._replace(quota=compute_settled(raised)))
             lines = tuple(describe((pod_write,)))
             for line in lines:
                 self.reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
@@ -299,7 +298,8 @@ class NriEngine:
             require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
         identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
         given = facts.quota or Quota(None, facts.period)
-        given = given._replace(period=given.period or DEFAULT_PERIOD)
+        if not given.period:
+            given = Quota(given.quota, DEFAULT_PERIOD)
         with self.lock:
             prev = load_container(self.state_dir, facts.id)
             if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
@@ -316,7 +316,8 @@ class NriEngine:
                 lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
                 self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
-            self._note(facts.id, desired)
+            if desired.note:
+                self._note(facts.id, desired)
             rec = placed.record
             # The one line of a creation (the pod quota's write has its own), made after the answer.
             self.reporter.emit_made("info", format_admitted, (rec, desired.source), to_stream=False)

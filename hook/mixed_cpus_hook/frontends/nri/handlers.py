@@ -222,12 +222,26 @@ def fill_cpu(resources: "api.LinuxResources", res: Resources) -> None:
         cpu.period.value = res.period
 
 
+# The wire bytes of the adjustments made so far (equal containers get equal ones: core.model's memo);
+# bounded, then forgotten at once.
+_ADJUSTMENT_BYTES: Dict[Adjustment, bytes] = {}
+
+
 def format_adjustment(adj: Adjustment, msg: Optional["api.ContainerAdjustment"] = None) -> "api.ContainerAdjustment":
-    """The adjustment message (filled into ``msg``, a reply's field, when given: no copy)."""
+    """The adjustment message (filled into ``msg``, a reply's field, when given: no copy): its
+    fields, or the bytes they encoded to for an equal adjustment before, merged in (one call)."""
     msg = api.ContainerAdjustment() if msg is None else msg
-    fill_cpu(msg.linux.resources, adj.resources)
-    for key, value in adj.env:
-        msg.env.add(key=key, value=value)
+    data = _ADJUSTMENT_BYTES.get(adj)
+    if data is None:
+        built = api.ContainerAdjustment()
+        fill_cpu(built.linux.resources, adj.resources)
+        for key, value in adj.env:
+            built.env.add(key=key, value=value)
+        data = built.SerializeToString()
+        if len(_ADJUSTMENT_BYTES) >= MEMO_ENTRIES:
+            _ADJUSTMENT_BYTES.clear()
+        _ADJUSTMENT_BYTES[adj] = data
+    msg.MergeFromString(data)
     return msg
 
 
