@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import methodcaller
+
 from .errors import PolicyError, RequestError
 
 TYPE_CHECKING = False
@@ -32,8 +34,7 @@ def may_ask(annotations: Mapping[str, str]) -> bool:
     name = annotations.get(CONTAINER_NAME)
     if not name:
         return False
-    suffix = "/" + name
-    return any(key.endswith(suffix) for key in annotations)
+    return any(map(methodcaller("endswith", "/" + name), annotations))  # no bytecode per key
 
 
 def compute_request(annotations: Mapping[str, str], prefix: str,

@@ -16,7 +16,7 @@ kubelet's values pass through unchanged.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...core.bounds import (MAX_ANNOTATIONS, MAX_ANNOTATIONS_BYTES, MAX_CGROUPS_PATH, MAX_CPULIST_TEXT, MAX_ENV_BYTES,
@@ -106,32 +106,39 @@ def check_request(pod: "api.PodSandbox", container: "api.Container", where: str)
 
 
 def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit: int = MAX_CPULIST_TEXT,
-                  counted: Tuple[Optional[Dict[str, str]], Optional[Dict[str, str]]] = (None, None)) -> ContainerFacts:
+                  counted: Tuple[Optional[Dict[str, str]], Optional[Dict[str, str]]] = (None, None),
+                  merged: Optional[Dict[str, str]] = None) -> ContainerFacts:
     """The engine's view of a container; raises a HookError for a value out of bounds or malformed.
 
     ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
     ``counted``: the pod's and the container's annotations as count_annotations gave them, when
-    the caller read them already.
+    the caller read them already; ``merged``: a new dict the caller made of them (the pod's, then
+    the container's), which becomes the facts' annotations (not copied again).
 
     One pass over plain values (every CreateContainer of an asking container comes here): the
     bounds of check_request tested at once, check_request itself run only to name what is out of
     them; annotations, cpulist, quota and period as read_annotations and parse_cpu_values have them.
     """
-    cid = container.id
+    cid, name, pod_name, namespace, uid = container.id, container.name, pod.name, pod.namespace, pod.uid
     cpu = container.linux.resources.cpu
     cpus_text = cpu.cpus
     where = f"container {cid}" if len(cid) <= QUOTE_LIMIT else f"container {quote(cid, bare=True)}"
     if not (0 < len(cid) <= MAX_ID and not cid.strip(ID_CHARS) and cid != "." and cid != ".."
-            and len(container.name) <= MAX_NAME and len(pod.name) <= MAX_NAME and len(pod.namespace) <= MAX_NAME
-            and len(pod.uid) <= MAX_UID and len(cpus_text) <= MAX_CPULIST_TEXT
-            and "\0" not in container.name + pod.name + pod.namespace + pod.uid + cpus_text):
+            and len(name) <= MAX_NAME and len(pod_name) <= MAX_NAME and len(namespace) <= MAX_NAME
+            and len(uid) <= MAX_UID and len(cpus_text) <= MAX_CPULIST_TEXT
+            and "\0" not in name + pod_name + namespace + uid + cpus_text):
         check_request(pod, container, f"container {quote(cid, bare=True)}")
-    annotations = dict(read_annotations(pod.annotations, "pod", where, counted[0]))  # a copy: ``counted`` stays
-    annotations.update(read_annotations(container.annotations, "container", where, counted[1]))
-    annotations[POD_NAMESPACE] = pod.namespace
-    annotations[POD_NAME] = pod.name
-    annotations[POD_UID] = pod.uid
-    annotations[CONTAINER_NAME] = container.name
+    if merged is None:
+        annotations = dict(read_annotations(pod.annotations, "pod", where, counted[0]))  # a copy: ``counted`` stays
+        annotations.update(read_annotations(container.annotations, "container", where, counted[1]))
+    else:
+        read_annotations(pod.annotations, "pod", where, counted[0])
+        read_annotations(container.annotations, "container", where, counted[1])
+        annotations = merged
+    annotations[POD_NAMESPACE] = namespace
+    annotations[POD_NAME] = pod_name
+    annotations[POD_UID] = uid
+    annotations[CONTAINER_NAME] = name
     quota_value = cpu.quota.value if cpu.HasField("quota") else None
     period_value = cpu.period.value if cpu.HasField("period") else None
     cpus, quota, period = parse_cpu_values(cpus_text, quota_value, period_value, f"{where}: linux.resources.cpu",
@@ -147,7 +154,10 @@ def read_claim_env(env: Sequence[str], where: str) -> Tuple[str, ...]:
         raise RuntimeInputError(f"environment of {len(env)} entries, more than the {MAX_ENV_ENTRIES} read", where)
     if sum(map(len, env)) > MAX_ENV_BYTES:
         raise RuntimeInputError(f"environment larger than {MAX_ENV_BYTES} characters", where)
-    return tuple([e for e in env if e.startswith(CLAIM_PREFIX)])
+    return tuple(filter(_IS_CLAIM, env))
+
+
+_IS_CLAIM = methodcaller("startswith", CLAIM_PREFIX)
 
 
 def parse_cpu(resources: "api.LinuxResources", where: str,
@@ -473,7 +483,7 @@ class Handlers:
             return api.CreateContainerResponse()
         try:
             answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit(),
-                                                      (pod_annotations, container_annotations)))
+                                                      (pod_annotations, container_annotations), annotations))
             reply = api.CreateContainerResponse(update=format_updates(answer.updates))
             if answer.adjust is not None:
                 format_adjustment(answer.adjust, reply.adjust)
