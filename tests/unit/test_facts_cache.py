@@ -119,13 +119,15 @@ def test_a_checkpoint_change_is_read(fake_node: Callable[..., Any], change: Any,
     assert read_node_facts(config, cache) is after
 
 
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "no-checkpoint"])
 @pytest.mark.parametrize("shared_setting", [None, "1"], ids=["shared-file", "shared-setting"])
 def test_a_quiet_node_costs_its_reads_and_nothing_else(fake_node: Callable[..., Any], monkeypatch: Any,
-                                                       shared_setting: Any) -> None:
+                                                       shared_setting: Any, checkpoint: bool) -> None:
     """While nothing changed an event reads the online CPUs and stats the files, and looks up no
     cache entry: recheck gives the last facts back from those reads alone."""
     node = fake_node(online="0-5", shared="0-1", config={"shared_cpus": shared_setting} if shared_setting else None)
-    node.write_checkpoint({"P": {"app": "2-3"}})
+    if checkpoint:
+        node.write_checkpoint({"P": {"app": "2-3"}})
     config = load_config(node.config_path)
     cache = FactsCache()
     first = read_node_facts(config, cache)
@@ -133,8 +135,8 @@ def test_a_quiet_node_costs_its_reads_and_nothing_else(fake_node: Callable[..., 
     real_get = FactsCache.get
     monkeypatch.setattr(FactsCache, "get", lambda self, *a: looked_up.append(a[0]) or real_get(self, *a))
     stats = []
-    real_stat = facts_module._stat_key
-    monkeypatch.setattr(facts_module, "_stat_key", lambda p: stats.append(p) or real_stat(p))
+    real_stat = os.stat
+    monkeypatch.setattr(facts_module.os, "stat", lambda p, **kw: stats.append(p) or real_stat(p, **kw))
     assert read_node_facts(config, cache) is first
     assert looked_up == []
     expected = [config.kubelet_state_file] + ([] if shared_setting else [config.shared_cpus_file])

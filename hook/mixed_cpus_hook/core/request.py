@@ -56,7 +56,8 @@ def compute_request(annotations: Mapping[str, str], prefix: str,
     if value != ENABLE:
         raise RequestError(f"annotation {key}: value {value[:64]!r} is not {ENABLE!r}", where)
     namespace = annotations.get(POD_NAMESPACE, "")
-    if not any(glob == "*" or _fnmatchcase(namespace, glob) for glob in allowed_namespaces):
+    if namespace not in allowed_namespaces and not any(  # listed as it is: matched without a glob
+            glob == "*" or _fnmatchcase(namespace, glob) for glob in allowed_namespaces):
         raise PolicyError(format_refused_namespace(namespace, allowed_namespaces, config_where), where)
     return Request(namespace, annotations.get(POD_NAME, ""), name, annotations.get(POD_UID, ""), key)
 

@@ -390,9 +390,11 @@ def parse_pod_record(doc: Any, name: str, path: str) -> PodRecord:
 
 
 def format_pod_record(rec: PodRecord) -> Dict[str, Any]:
-    return {"schema": SCHEMA_VERSION, "key": rec.key, "cgroup": _format_dirs(rec.cgroup),
+    members = rec.members
+    return {"schema": SCHEMA_VERSION, "key": rec.key, "cgroup": {"cpuset": rec.cgroup.cpuset, "cpu": rec.cgroup.cpu},
             "quota": None if rec.quota is None else format_quota_doc(rec.quota),
-            "members": [{"id": m.id, "share_mcpu": m.share_mcpu} for m in rec.members]}
+            "members": ([{"id": members[0].id, "share_mcpu": members[0].share_mcpu}] if len(members) == 1 else
+                        [{"id": m.id, "share_mcpu": m.share_mcpu} for m in members])}
 
 
 # -- the files ----------------------------------------------------------------------------------
@@ -746,6 +748,8 @@ def list_records(state_dir: str, kind: str) -> List[str]:
         return []
     except OSError as exc:
         raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+    if not entries:
+        return []
     # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed.
     names = [e[: -len(".json")] for e in entries if e.endswith(".json")]
     return sorted(n for n in names if is_plain_name(n, KINDS[kind]))

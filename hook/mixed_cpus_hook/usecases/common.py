@@ -368,6 +368,8 @@ def require_free(state_dir: str, cid: str, cpus: FrozenSet[int], where: str) -> 
     no other live recorded container (kubelet never gives one CPU to two containers; a cpuset that
     says otherwise is not kubelet's)."""
     held = read_held_cpus(state_dir, cid)
+    if not held:  # no other record: nothing to hold them
+        return
     taken = {other: c & cpus for other, c in held.items() if c & cpus}
     if taken:
         owners = ", ".join(f"{quote(format_cpulist(c), bare=True)} by {other}" for other, c in sorted(taken.items())[:3])

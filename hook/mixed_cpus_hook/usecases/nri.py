@@ -294,7 +294,7 @@ class NriEngine:
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
         if not os.path.isdir(pod.cpu):
             raise CgroupError("pod cgroup not found", pod.cpu)
-        if node.online:
+        if node.online and not facts.cpus <= node.online:
             require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
         identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
         given = facts.quota or Quota(None, facts.period)

@@ -484,7 +484,8 @@ class Handlers:
         try:
             answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit(),
                                                       (pod_annotations, container_annotations), annotations))
-            reply = api.CreateContainerResponse(update=format_updates(answer.updates))
+            reply = (api.CreateContainerResponse(update=format_updates(answer.updates)) if answer.updates
+                     else api.CreateContainerResponse())
             if answer.adjust is not None:
                 format_adjustment(answer.adjust, reply.adjust)
         except Exception as exc:  # noqa: BLE001 - failure_policy decides, whatever went wrong
