@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv deps demo test test-unit lint stubs bench bench-nri bench-reapply clean
+.PHONY: venv deps demo test test-unit lint stubs bench bench-nri bench-footprint bench-reapply clean
 
 $(VENV)/.stamp: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,9 @@ bench: venv
 
 bench-nri: venv
 	$(PY) benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work --duties
+
+bench-footprint: venv
+	$(PY) benchmarks/nri_cache_footprint.py
 
 bench-reapply: venv
 	$(PY) benchmarks/reapply_latency.py

@@ -68,3 +68,31 @@ def test_format_sections_orders_counts_and_leaves_out_per_connection_calls() -> 
     assert lines[2].split()[-4:] == ["4.00", "1000.0", "4.00", "1000.0"]
     assert lines[4].split()[-4:] == ["1.00", "8000.0", "1.00", "2000.0"]
     assert lines[5].split()[-2:] == ["2.00", "2500.0"]  # no Go column: its handlers save nothing
+
+
+# benchmarks/nri_cache_footprint.py: callgrind's output file, and the per-cycle difference.
+import nri_cache_footprint as footprint  # noqa: E402
+
+CALLGRIND_FILES = [
+    ("summary", "version: 1\nevents: Ir I1mr D1mr D1mw ILmr DLmr DLmw\nfn=(1) x\n0 1 2\nsummary: 100 1 2 3 4 5 6\n",
+     {"Ir": 100, "I1mr": 1, "D1mr": 2, "D1mw": 3, "ILmr": 4, "DLmr": 5, "DLmw": 6}),
+    ("totals", "events: Ir ILmr DLmr DLmw\ntotals: 7 1 2 3\n", {"Ir": 7, "ILmr": 1, "DLmr": 2, "DLmw": 3}),
+    ("short-counts", "events: Ir ILmr\nsummary: 9\n", {"Ir": 9, "ILmr": 0}),
+    ("no-events", "summary: 1 2\n", None),
+    ("no-totals", "events: Ir\n", None),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in CALLGRIND_FILES], ids=[c[0] for c in CALLGRIND_FILES])
+def test_parse_callgrind_events(text: str, expected: Optional[Dict[str, int]]) -> None:
+    assert footprint.parse_callgrind_events(text) == expected
+
+
+def test_footprint_is_the_per_cycle_difference_and_rows_are_over_the_baseline() -> None:
+    low = {"Ir": 1000, "ILmr": 10, "DLmr": 20, "DLmw": 30}
+    high = {"Ir": 4000, "ILmr": 40, "DLmr": 80, "DLmw": 90}
+    assert footprint.compute_footprint(low, high, 30) == (100.0, 1.0, 4.0)
+    row = footprint.format_row("product", (5000.0, 3000.0, 7000.0), (1000.0, 1000.0, 2000.0), 3500.0)
+    assert row.split() == ["product", "lines", "7.00k", "(code", "2.00k,", "data", "5.00k)", "2.00", "instructions",
+                           "4.0k"]
+    assert "instructions" in footprint.format_row("base", (1.0, 1.0, 1.0), (1.0, 1.0, 1.0), None)
