@@ -98,7 +98,4 @@ def compute_release(layout: Layout, pod: Dirs, current: Quota, prev: Optional[Qu
 
 def describe(writes: Sequence[Write]) -> List[str]:
     """One human line per write, for --dry-run and the journal."""
-    if len(writes) == 1:  # most often (a pod's quota): without a comprehension's call
-        w = writes[0]
-        return [f"{w.path}: {w.old} -> {w.new} ({w.why})"]
     return [f"{w.path}: {w.old} -> {w.new} ({w.why})" for w in writes]

@@ -131,18 +131,10 @@ class FactsCache:
             return None
         if self.read_sysfs_text(seen[1], config.proc_root) != seen[2]:
             return None
-        for path, key in ((seen[3], seen[4]), (seen[5], seen[6])):
-            if path:  # _stat_key's, spelled
-                try:
-                    st = os.stat(path, follow_symlinks=False)
-                except FileNotFoundError:
-                    if key != ABSENT:
-                        return None
-                    continue
-                except OSError:
-                    return None  # unreadable now: read_node_facts says why
-                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != key:
-                    return None
+        if seen[3] and _stat_key(seen[3]) != seen[4]:  # a key seen is never None (unreadable)
+            return None
+        if seen[5] and _stat_key(seen[5]) != seen[6]:
+            return None
         return self._last
 
     def note_seen(self, config: Config, facts: NodeFacts) -> None:

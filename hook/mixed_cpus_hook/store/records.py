@@ -246,9 +246,7 @@ def parse_quota(q: Any, path: str, field: str) -> QuotaState:
 
 
 def format_quota_doc(q: QuotaState) -> Dict[str, Any]:
-    ours = list(q.ours)
-    return {"base": q.base, "applied": q.applied, "period": q.period,
-            "ours": ours if None not in ours else [v for v in ours if v is not None]}
+    return {"base": q.base, "applied": q.applied, "period": q.period, "ours": [v for v in q.ours if v is not None]}
 
 
 def parse_dirs(d: Any, path: str, field: str) -> Dirs:
@@ -342,7 +340,7 @@ def format_container_record(rec: ContainerRecord) -> Dict[str, Any]:
     doc = {
         "schema": SCHEMA_VERSION, "id": rec.id, "namespace": rec.identity.namespace, "pod": rec.identity.pod,
         "container": rec.identity.container, "pod_uid": rec.identity.pod_uid, "mode": rec.mode, "phase": rec.phase,
-        "cgroup_version": rec.cgroup_version, "cgroup": {"cpuset": rec.cgroup.cpuset, "cpu": rec.cgroup.cpu},
+        "cgroup_version": rec.cgroup_version, "cgroup": _format_dirs(rec.cgroup),
         "pod_cgroup": _format_dirs(rec.pod_cgroup), "pod_key": rec.pod_key,
         "exclusive": format_cpulist(rec.exclusive), "exclusive_source": rec.exclusive_source,
         "shared": format_cpulist(rec.shared), "desired": format_cpulist(rec.desired),
@@ -390,11 +388,9 @@ def parse_pod_record(doc: Any, name: str, path: str) -> PodRecord:
 
 
 def format_pod_record(rec: PodRecord) -> Dict[str, Any]:
-    members = rec.members
-    return {"schema": SCHEMA_VERSION, "key": rec.key, "cgroup": {"cpuset": rec.cgroup.cpuset, "cpu": rec.cgroup.cpu},
+    return {"schema": SCHEMA_VERSION, "key": rec.key, "cgroup": _format_dirs(rec.cgroup),
             "quota": None if rec.quota is None else format_quota_doc(rec.quota),
-            "members": ([{"id": members[0].id, "share_mcpu": members[0].share_mcpu}] if len(members) == 1 else
-                        [{"id": m.id, "share_mcpu": m.share_mcpu} for m in members])}
+            "members": [{"id": m.id, "share_mcpu": m.share_mcpu} for m in rec.members]}
 
 
 # -- the files ----------------------------------------------------------------------------------
@@ -475,13 +471,6 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
     folder, name = _split(path)
     try:
-        fd = _DIRS.get(folder)
-        if fd is not None:  # _in_dir's first step, spelled (a new container's lookup misses here)
-            try:
-                return read_regular_file(name, MAX_RECORD_BYTES, False, fd)
-            except FileNotFoundError:
-                if _reopened(folder) is None:
-                    return None
         return _in_dir(folder, read_regular_file, name, MAX_RECORD_BYTES, follow=False)
     except FileNotFoundError:
         return None
@@ -617,10 +606,8 @@ def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> 
 
 def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
     path = record_path(state_dir, kind, name)
-    folder, base = _SPLITS.get(path) or os.path.split(path)
-    fd = _DIRS.get(folder)
-    if fd is None:
-        fd = _open_dir(folder, True)
+    folder, base = _split(path)
+    fd = _dir_fd(folder, create=True)
     data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd, base)
     return path, data, key
 

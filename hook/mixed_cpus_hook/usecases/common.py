@@ -267,12 +267,7 @@ def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: Container
     that counts); ``updated`` changes only when something else did. Returns the record saved."""
     if pod is not None and pod != prev_pod:
         save_pod(state_dir, pod)
-    if prev is None:
-        stamp = now_stamp()
-        if rec.updated != stamp:
-            rec = rec._replace(updated=stamp)
-        save_container(state_dir, rec)
-    elif prev._replace(updated="") != rec._replace(updated=""):
+    if prev is None or prev._replace(updated="") != rec._replace(updated=""):
         rec = rec._replace(updated=now_stamp())
         save_container(state_dir, rec)
     elif prev is not None:
@@ -392,7 +387,7 @@ def decide_pod_share(cid: str, desired: Desired, others: Sequence[Member], obser
     """The pod's members and quota once ``cid`` holds ``desired``'s share; both raised quotas are checked
     against the kernel's maximum here, before anything is saved or written."""
     members = with_member(others, cid, desired.share_mcpu)
-    shares = sum([m.share_mcpu for m in members]) if len(members) > 1 else members[0].share_mcpu
+    shares = sum(m.share_mcpu for m in members)
     quota = None
     if observed is not None:
         quota = compute_pod_quota(observed, prev_pod.quota if prev_pod is not None else None, (shares,),

@@ -155,7 +155,6 @@ class NriEngine:
         return {"cpus": len(last.shared) if last is not None else 0, "containers": {},
                 "exclusivity_failures": self.exclusivity_failures, "rewrites": self.redone}
 
-
     def facts(self) -> NodeFacts:
         """The node's facts now (kubelet's checkpoint as it is at this event)."""
         self._last = read_node_facts(self.config, self.cache)
@@ -316,8 +315,7 @@ class NriEngine:
                 lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
                 self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
-            if desired.note:
-                self._note(facts.id, desired)
+            self._note(facts.id, desired)
             rec = placed.record
             # The one line of a creation (the pod quota's write has its own), made after the answer.
             self.reporter.emit_made("info", format_admitted, (rec, desired.source), to_stream=False)
