@@ -53,6 +53,9 @@ TASKS = "io.containerd.runtime.v2.task"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 MNT_DETACH = 2
+# Outside its private dir a containerd's shims make these (the shim sockets' dir and runc's root per
+# namespace, /run/containerd/runc/<namespace>): removed once empty if this instance made them.
+SHARED_RUN = "/run/containerd"
 # containerd's log line after an NRI plugin's Synchronize: 1.7 msg="plugin \"10-name\" connected",
 # 2.1 msg="plugin \"10-name\" connected and synchronized"
 SYNCHRONIZED = ("\\\" connected\"", "\\\" connected and synchronized\"")
@@ -202,6 +205,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def shared_run_dirs(root: str = SHARED_RUN) -> List[str]:
+    """The directories shims make below ``root`` that exist now, deepest first."""
+    found = [os.path.join(root, "runc", ns) for ns in _listdir(os.path.join(root, "runc"))]
+    found += [os.path.join(root, d) for d in ("s", "runc")] + [root]
+    return [d for d in found if os.path.isdir(d) and not os.path.islink(d)]
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def mounts_under(prefix: str) -> List[str]:
     """Mount points at or below ``prefix`` in this mount namespace, deepest first."""
     points = []
@@ -244,6 +261,7 @@ class Containerd:
         self.start_timeout = START_TIMEOUT
         self._cri: Optional[CriClient] = None
         self.starts = 0
+        self.run_dirs_before = set(shared_run_dirs())
 
     # processes -----------------------------------------------------------------------
     def env(self) -> dict:
@@ -461,6 +479,12 @@ class Containerd:
                     os.unlink(s)
                 except OSError as exc:
                     problems.append(f"shim socket {s}: {exc}")
+        for d in shared_run_dirs():  # deepest first; one another instance still uses is not empty
+            if d not in self.run_dirs_before:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
         if mounts_under(self.dir):
             problems.append(f"mounts left under {self.dir}: {mounts_under(self.dir)}")
         else:
