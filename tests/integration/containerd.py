@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import glob
 import os
 import signal
 import subprocess
@@ -207,16 +209,8 @@ def _alive(pid: int) -> bool:
 
 def shared_run_dirs(root: str = SHARED_RUN) -> List[str]:
     """The directories shims make below ``root`` that exist now, deepest first."""
-    found = [os.path.join(root, "runc", ns) for ns in _listdir(os.path.join(root, "runc"))]
-    found += [os.path.join(root, d) for d in ("s", "runc")] + [root]
-    return [d for d in found if os.path.isdir(d) and not os.path.islink(d)]
-
-
-def _listdir(path: str) -> List[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
+    found = sorted(glob.glob(os.path.join(root, "runc", "*"))) + [os.path.join(root, "s"), os.path.join(root, "runc"), root]
+    return [d for d in found if os.path.isdir(d)]
 
 
 def mounts_under(prefix: str) -> List[str]:
@@ -479,12 +473,15 @@ class Containerd:
                     os.unlink(s)
                 except OSError as exc:
                     problems.append(f"shim socket {s}: {exc}")
-        for d in shared_run_dirs():  # deepest first; one another instance still uses is not empty
+        # Deepest first. One that another instance still uses for a shim is not empty; an empty one is
+        # made again by the next shim that needs it.
+        for d in shared_run_dirs():
             if d not in self.run_dirs_before:
                 try:
                     os.rmdir(d)
-                except OSError:
-                    pass
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.ENOENT):
+                        problems.append(f"{d}: {exc}")
         if mounts_under(self.dir):
             problems.append(f"mounts left under {self.dir}: {mounts_under(self.dir)}")
         else:
