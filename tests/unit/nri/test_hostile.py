@@ -341,9 +341,15 @@ def log_escapes(s: Served) -> None:
     before = s.plugin.log_size()
     expect(s.call("CreateContainer", create_x(namespace="bad\x1b[31mns\x07\x9b")), ttrpc.UNKNOWN,
            "may not ask for mixed CPUs")
-    with open(s.plugin.log_path, "rb") as f:
-        f.seek(before)
-        added = f.read().decode()
+
+    def added_now() -> str:
+        with open(s.plugin.log_path, "rb") as f:
+            f.seek(before)
+            return f.read().decode()
+
+    # The journal lines are written after the answer (the runtime is answered first): waited for.
+    wait_for(lambda: "may not ask for mixed CPUs" in added_now(), what="the refusal's log line")
+    added = added_now()
     assert not [c for c in added if c != "\n" and not c.isprintable()], added
     assert "\\x1b[31mns\\x07\\x9b" in added, added
 
