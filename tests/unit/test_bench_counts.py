@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
@@ -96,3 +97,38 @@ def test_footprint_is_the_per_cycle_difference_and_rows_are_over_the_baseline() 
     assert row.split() == ["product", "lines", "7.00k", "(code", "2.00k,", "data", "5.00k)", "2.00", "instructions",
                            "4.0k"]
     assert "instructions" in footprint.format_row("base", (1.0, 1.0, 1.0), (1.0, 1.0, 1.0), None)
+
+
+# benchmarks/nri_reference.py --python: the tool's venv-mch made again only when another interpreter made it.
+@pytest.mark.parametrize("made_with,kept", [
+    pytest.param("this", True, id="same-interpreter-kept"),
+    pytest.param("/bin/sh", False, id="other-interpreter-made-again"),
+    pytest.param(None, True, id="no-venv-yet"),
+])
+def test_the_tools_venv_follows_the_plugins_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        made_with: Optional[str], kept: bool) -> None:
+    import nri_reference as ref
+
+    this = os.path.realpath(sys.executable)
+    monkeypatch.setattr(ref, "HOME", str(tmp_path / "home"))
+    venv_bin = tmp_path / "home" / "venv-mch" / "bin"
+    if made_with is not None:
+        venv_bin.mkdir(parents=True)
+        os.symlink(this if made_with == "this" else made_with, venv_bin / "python")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    env = {"PATH": "/usr/bin:/bin"}
+    described = ref.use_interpreter(sys.executable, env, str(shim))
+    assert described is not None and described.startswith(this + " (Python ")
+    assert env["PATH"].split(os.pathsep)[0] == str(shim)  # the tool's setup finds this python3 first
+    assert os.path.realpath(shim / "python3") == this
+    assert (tmp_path / "home" / "venv-mch").exists() == (kept and made_with is not None)
+
+
+def test_an_interpreter_that_does_not_run_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import nri_reference as ref
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    assert ref.use_interpreter("/bin/false", {"PATH": "/usr/bin:/bin"}, str(shim)) is None
+    assert capsys.readouterr().out == "nri_reference: /bin/false does not run\n"
