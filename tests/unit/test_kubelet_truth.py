@@ -321,9 +321,15 @@ def test_nri_admit_and_update_follow_the_checkpoint(truth: Truth, reporter: Any)
     # idempotent: the same answer, and nothing written the second time (no lines)
     again = engine.create(_facts(truth))
     assert again.adjust == adj and again.outcome.lines == ()
-    # kubelet's update with config.json's old cpus: the checkpoint still says 4-5
+    # kubelet's update with config.json's old cpus: the checkpoint still says 4-5; the rewrite is
+    # logged, its line made once the answer is on its way (the plugin holds the lines until then)
+    reporter.reporter.hold()
     adj = engine.update(CID, cpus("2-3"), None).adjust
     assert adj is not None and adj.cpus == cpus("0-1,4-5")
+    assert not any("update rewritten" in m for _p, m in reporter.sink.messages)
+    reporter.reporter.release()
+    assert [m for _p, m in reporter.sink.messages if "update rewritten" in m] == [
+        f"container {CID}: update rewritten: cpus 2-3 -> 0-1,4-5, quota (unchanged) -> 400000"]
     # kubelet restarted and moved it to 6-7: its update and the checkpoint agree
     truth.checkpoint("6-7")
     adj = engine.update(CID, cpus("6-7"), Quota(200000, 100000)).adjust

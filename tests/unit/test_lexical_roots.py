@@ -146,7 +146,7 @@ def real_cpu_cgroup() -> Any:
     try:
         yield layout, made
     finally:
-        cg._KEPT.close_where(lambda p: p.startswith(made))
+        cg.forget_kept(made)
         if os.path.isdir(made):
             os.rmdir(made)
 

@@ -373,7 +373,7 @@ def read_text_in(layout: Layout, path: str, keep: bool = False, below: bool = Fa
         try:
             return os.pread(fd, 65536, 0).decode("ascii", "replace").strip()
         except OSError:
-            forget_kept(os.path.dirname(path))  # the cgroup went: none of its descriptors reads any more
+            forget_kept(path.rpartition("/")[0])  # the cgroup went: none of its descriptors reads any more
     if not keep or not (below or _is_below_any(layout.lexical, path)):
         return read_text(path)
     try:
@@ -398,8 +398,9 @@ def _is_below_any(lexical: Tuple[str, ...], path: str) -> bool:
 
 
 def forget_kept(cgroup_dir: str) -> None:
-    """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone)."""
-    _KEPT.close_where(lambda path: os.path.dirname(path) == cgroup_dir)
+    """Close the descriptors kept for the files of ``cgroup_dir`` (its pod record is gone): only
+    that directory's (KeptFds indexes them), however many other pods' are kept."""
+    _KEPT.close_in(cgroup_dir.rstrip("/"))
 
 
 def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
@@ -424,7 +425,7 @@ def write_text(path: str, text: str) -> None:
     if fd is not None:
         if _write_value(fd, path, text, kept=True):
             return
-        forget_kept(os.path.dirname(path))  # the cgroup went: the open below says so
+        forget_kept(path.rpartition("/")[0])  # the cgroup went: the open below says so
     try:
         # O_TRUNC is a no-op on cgroupfs (like the shell's ">"), but on a plain file (a fake
         # node) a shorter value must not leave the tail of the longer old one behind.

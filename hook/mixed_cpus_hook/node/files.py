@@ -13,7 +13,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, Iterator, Optional, Type
+    from typing import Any, Callable, Dict, Iterator, Optional, Set, Type
 
     from ..core.errors import HookError
 
@@ -24,29 +24,44 @@ KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBL
 
 class KeptFds:
     """Descriptors a resident process keeps open by name (a file it reads on every event, a
-    directory it works in), at most ``limit``: the oldest is closed to make room."""
+    directory it works in), at most ``limit``: the oldest is closed to make room. The names are
+    indexed by their directory (the text before their last "/"), so that the descriptors kept in
+    one directory are closed (``close_in``) without looking at the others."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.fds: Dict[str, int] = {}
+        # directory -> the names kept in it
+        self.by_dir: Dict[str, Set[str]] = {}
         # The kept descriptor of ``name`` (None: none): the dict's own get, asked on every event.
         self.get: Callable[[str], Optional[int]] = self.fds.get
 
     def keep(self, name: str, fd: int) -> None:
-        if len(self.fds) >= self.limit:
+        if name in self.fds:
+            self.close(name)
+        elif len(self.fds) >= self.limit:
             self.close(next(iter(self.fds)))
         self.fds[name] = fd
+        self.by_dir.setdefault(name.rpartition("/")[0], set()).add(name)
 
     def close(self, name: str) -> None:
         fd = self.fds.pop(name, None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if fd is None:
+            return
+        folder = name.rpartition("/")[0]
+        names = self.by_dir.get(folder)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self.by_dir[folder]
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
-    def close_where(self, test: Callable[[str], bool]) -> None:
-        for name in [n for n in self.fds if test(n)]:
+    def close_in(self, folder: str) -> None:
+        """Close the descriptors kept for the names directly in ``folder`` (``folder + "/" + base``)."""
+        for name in list(self.by_dir.get(folder, ())):
             self.close(name)
 
     def __contains__(self, name: object) -> bool:

@@ -118,6 +118,14 @@ def format_admitted(rec: ContainerRecord, source: str) -> str:
             f"{format_cpulist(rec.shared)}), quota {format_quota_value(rec.quota.applied)}/{rec.quota.period}")
 
 
+def format_rewritten(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], rec: ContainerRecord) -> str:
+    """The journal line of kubelet's update (``cpus``, ``quota``; empty, None: not in it) rewritten to
+    what ``rec`` holds."""
+    return (f"container {cid}: update rewritten: cpus {format_cpulist(cpus) or '(unchanged)'} -> "
+            f"{format_cpulist(rec.desired)}, quota {'(unchanged)' if quota is None else format_quota_value(quota.quota)}"
+            f" -> {format_quota_value(rec.quota.applied)}")
+
+
 class Placed(NamedTuple):
     """One container decided: its record (saved) and the journal lines of what was written for it."""
 
@@ -350,15 +358,11 @@ class NriEngine:
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, cid))
             self._note(cid, desired)
             new = placed.record
-            lines = placed.lines
             if new.desired != current or (quota is not None and quota.quota != new.quota.applied):
-                line = (f"update rewritten: cpus {format_cpulist(cpus) or '(unchanged)'} -> "
-                        f"{format_cpulist(new.desired)}, quota "
-                        f"{'(unchanged)' if quota is None else format_quota_value(quota.quota)} -> "
-                        f"{format_quota_value(new.quota.applied)}")
-                self.reporter.emit("info", f"container {cid}: {line}", to_stream=False)
-                lines += (line,)
-            return Answer(Outcome("applied", lines), compute_adjustment(new), self._others(node, cid))
+                # The rewrite's line, made after the answer (the runtime writes the rewrite, not this
+                # engine: it is logged, not one of the Outcome's lines of what was written).
+                self.reporter.emit_made("info", format_rewritten, (cid, cpus, quota, new), to_stream=False)
+            return Answer(Outcome("applied", placed.lines), compute_adjustment(new), self._others(node, cid))
 
     def start(self, cid: str, pod_uid: str = "", name: str = "") -> Answer:
         """StartContainer, with the pool (exclusive_source kubelet): before a container with exclusive
