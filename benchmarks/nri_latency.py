@@ -14,6 +14,13 @@ registers the plugin, configures and synchronizes it, then
   ``--cycles`` cycles (no growth expected);
 * ``--idle`` seconds without a request: the plugin's CPU time (utime + stime) meanwhile.
 
+``--checkpoint``: kubelet's CPU manager checkpoint is kept as kubelet keeps it on a node with the
+static policy, written (replaced whole, with its checksum) with a container's entry before its
+CreateContainer and without it after its RemoveContainer, outside the timed calls. Every creation
+then meets a changed checkpoint: the plugin reads it again and decides again every container it
+tracks (kubelet may have moved one); the CreateContainer figures are printed per quarter of the
+live containers (the first quarter meets few, the last nearly ``--requests``).
+
 Prints the figures and exits 0. The in-process path (fake files on tmpfs) makes this the
 plugin's own cost, not a real kernel's cgroup writes.
 """
@@ -30,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "hook"))
@@ -71,7 +78,7 @@ def summary(name: str, seconds: List[float]) -> str:
 
 
 class Bench:
-    def __init__(self, root: str, version: int, python: str) -> None:
+    def __init__(self, root: str, version: int, python: str, checkpoint: bool = False) -> None:
         # One exclusive CPU per live container (the plugin refuses, as kubelet never does, two
         # containers with one exclusive CPU): a node with enough of them.
         self.node = FakeNode(os.path.join(root, "node"), version=version, online=f"0-{MAX_LIVE + 1}")
@@ -93,6 +100,10 @@ class Bench:
         self._uids: Dict[str, str] = {}
         self._cpus: Dict[str, str] = {}
         self._free = [str(c) for c in range(MAX_LIVE + 1, 1, -1)]
+        # kubelet's checkpoint (--checkpoint): pod uid -> {container name: cpus} of the live containers
+        self.entries: Optional[Dict[str, Dict[str, str]]] = {} if checkpoint else None
+        if self.entries is not None:
+            self.node.write_checkpoint(self.entries)
 
     def new_container(self) -> str:
         cid = uuid.uuid4().hex + uuid.uuid4().hex
@@ -108,6 +119,9 @@ class Bench:
         return time.perf_counter() - start
 
     def create(self, cid: str) -> float:
+        if self.entries is not None:  # kubelet allocated the CPUs before it asks for the container
+            self.entries[self._uids[cid]] = {"app": self._cpus[cid]}
+            self.node.write_checkpoint(self.entries)
         return self.timed("CreateContainer", create_request(cid, pod_uid=self._uids[cid], cpus=self._cpus[cid],
                                                           quota=100000), api.CreateContainerResponse)
 
@@ -119,7 +133,11 @@ class Bench:
     def remove(self, cid: str) -> float:
         event = api.StateChangeEvent(event=api.EVENTS["REMOVE_CONTAINER"], container=api.Container(id=cid))
         took = self.timed("StateChange", event, api.Empty)
-        rel = f"kubepods/pod{self._uids.pop(cid)}"
+        uid = self._uids.pop(cid)
+        if self.entries is not None:  # kubelet forgets the removed container's CPUs
+            del self.entries[uid]
+            self.node.write_checkpoint(self.entries)
+        rel = f"kubepods/pod{uid}"
         self._free.append(self._cpus.pop(cid))
         for hier in (("cpuset", "cpu,cpuacct") if self.node.version == 1 else ("",)):
             shutil.rmtree(os.path.join(self.node.cgroup_root, hier, rel), ignore_errors=True)
@@ -139,6 +157,8 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=5.0)
     ap.add_argument("--cgroup", type=int, choices=(1, 2), default=1)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="kubelet's checkpoint kept as on a static-policy node (an entry per live container)")
     args = ap.parse_args()
     if args.requests > MAX_LIVE:
         ap.error(f"--requests: at most {MAX_LIVE}")
@@ -146,14 +166,18 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="nri-bench-", dir=base)
     bench = None
     try:
-        bench = Bench(root, args.cgroup, args.python)
+        bench = Bench(root, args.cgroup, args.python, args.checkpoint)
         ids = [bench.new_container() for _ in range(args.requests)]
         creates = [bench.create(cid) for cid in ids]
         updates = [bench.update(cid) for cid in ids]
         removes = [bench.remove(cid) for cid in ids]
         print(f"plugin: {args.python} -m mixed_cpus_hook nri (pid {bench.proc.pid}), fake cgroup v{args.cgroup} "
-              f"node on {base or 'disk'}, over a unix socket")
+              f"node on {base or 'disk'}, over a unix socket"
+              + (", kubelet's checkpoint written around each container" if args.checkpoint else ""))
         print(summary("CreateContainer", creates))
+        quarter = len(creates) // 4
+        for q in range(4):
+            print(summary(f"  {q * quarter}-{(q + 1) * quarter} live", creates[q * quarter:(q + 1) * quarter]))
         print(summary("UpdateContainer", updates))
         print(summary("RemoveContainer", removes))
         rss = {}

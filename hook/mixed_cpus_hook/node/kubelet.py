@@ -290,6 +290,43 @@ def compute_others(ckpt: Checkpoint, pod_uid: str, container: str, container_id:
     return frozenset(out)
 
 
+def compute_claimed_twice(ckpt: Checkpoint) -> FrozenSet[int]:
+    """The CPUs that two or more container entries (by pod and name, or V1's by id) assign:
+    kubelet never writes such a checkpoint. One pass over the entries."""
+    seen: set = set()
+    twice: set = set()
+    for per_pod in ckpt.entries.values():
+        for cpus in per_pod.values():
+            twice |= seen & cpus
+            seen |= cpus
+    for cpus in ckpt.by_container_id.values():
+        twice |= seen & cpus
+        seen |= cpus
+    return frozenset(twice)
+
+
+class Moved(NamedTuple):
+    """What differs between two checkpoints' container entries: the (pod uid, name) keys and V1 ids
+    whose CPUs changed (added, removed or moved), and the CPUs two entries claim in either."""
+
+    keys: FrozenSet[Tuple[str, str]]
+    ids: FrozenSet[str]
+    contested: FrozenSet[int]
+
+
+def compute_moved(before: Checkpoint, now: Checkpoint) -> Moved:
+    """The entries that differ between ``before`` and ``now`` (kubelet writes the whole file for each
+    allocation: most entries stay as they were)."""
+    keys: set = set()
+    for uid in set(before.entries) | set(now.entries):
+        old, new = before.entries.get(uid, {}), now.entries.get(uid, {})
+        if old != new:
+            keys.update((uid, name) for name in set(old) | set(new) if old.get(name) != new.get(name))
+    ids = {i for i in set(before.by_container_id) | set(now.by_container_id)
+           if before.by_container_id.get(i) != now.by_container_id.get(i)}
+    return Moved(frozenset(keys), frozenset(ids), compute_claimed_twice(before) | compute_claimed_twice(now))
+
+
 def compute_offline(ckpt: Checkpoint, online: FrozenSet[int]) -> Tuple[Tuple[str, str], ...]:
     """Entries naming CPUs that are not online: (what, cpulist) pairs, for the engine's check."""
     bad = []

@@ -43,7 +43,7 @@ from ..store.records import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+    from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
     from ..core.quota import QuotaState
 else:
@@ -76,6 +76,21 @@ def age_of(stamp: str) -> float:
 # -- kubelet's checkpoint --------------------------------------------------------------------
 
 
+# The last checkpoint's CPUs that two entries claim (kubelet.compute_claimed_twice), by the checkpoint
+# object itself: a resident plugin looks up every tracked container in the same checkpoint, which
+# stays the same object until the file changes (FactsCache).
+_CLAIMED_TWICE: List[Any] = [None, frozenset()]
+
+
+def read_claimed_twice(ckpt: Any) -> FrozenSet[int]:
+    """compute_claimed_twice of ``ckpt``, computed once per checkpoint object."""
+    if _CLAIMED_TWICE[0] is not ckpt:
+        from ..node.kubelet import compute_claimed_twice
+
+        _CLAIMED_TWICE[:] = [ckpt, compute_claimed_twice(ckpt)]
+    return _CLAIMED_TWICE[1]
+
+
 def read_assigned(node: NodeFacts, identity: Identity, cid: str) -> Optional[FrozenSet[int]]:
     """This container's entry in kubelet's checkpoint (online CPUs only), or None without one.
 
@@ -91,7 +106,7 @@ def read_assigned(node: NodeFacts, identity: Identity, cid: str) -> Optional[Fro
     if cpus is not None and node.online:
         require_subset(cpus, node.online, f"kubelet checkpoint entry {identity.pod_uid}/{identity.container} "
                        "(offline CPUs)", ckpt.where)
-    if cpus:
+    if cpus and cpus & read_claimed_twice(ckpt):  # then some other entry holds one of them: named
         owners = [f"entries.{u}.{n}" for u, per in sorted(ckpt.entries.items()) for n, c in sorted(per.items())
                   if c & cpus and (u, n) != (identity.pod_uid, identity.container)]
         owners += [f"entries.{i}" for i, c in sorted(ckpt.by_container_id.items()) if c & cpus and i != cid]

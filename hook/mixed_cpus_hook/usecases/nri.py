@@ -28,6 +28,7 @@ from ..core.quota import compute_in_flight, compute_settled, format_quota_value
 from ..node import cgroupfs as cg
 from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
+from ..node.kubelet import Moved, compute_assigned, compute_moved
 from ..node.log import Reporter
 from ..store.records import HeldStateLock, container_exists, list_records, load_container, load_pod, save_pod
 from .apply import read_request
@@ -126,6 +127,17 @@ def format_rewritten(cid: str, cpus: FrozenSet[int], quota: Optional[Quota], rec
             f" -> {format_quota_value(rec.quota.applied)}")
 
 
+def compute_checkpoint_moved(before: Optional[NodeFacts], now: NodeFacts) -> Optional[Moved]:
+    """What changed between two facts when only kubelet's checkpoint entries did (kubelet allocated
+    or released a container's CPUs: the shared CPUs, the online ones, the pool, the layout are the
+    same); None when anything else may have changed (every tracked container is decided again)."""
+    if before is None or before.checkpoint is None or now.checkpoint is None:
+        return None
+    if before._replace(checkpoint=None, generation=0) != now._replace(checkpoint=None, generation=0):
+        return None
+    return compute_moved(before.checkpoint, now.checkpoint)
+
+
 class Placed(NamedTuple):
     """One container decided: its record (saved) and the journal lines of what was written for it."""
 
@@ -152,6 +164,7 @@ class NriEngine:
             count_tracked=lambda: len(list_records(config.state_dir, "containers")))
         # The node facts' generation the other tracked containers were last decided on.
         self.decided_generation = 0
+        self._decided: Optional[NodeFacts] = None  # those facts
         self._last: Optional[NodeFacts] = None
         self.exclusivity_failures = 0
         self.redone = 0
@@ -243,13 +256,15 @@ class NriEngine:
         """
         if node.generation == self.decided_generation:
             return ()
+        before, self._decided = self._decided, node
         self.decided_generation = node.generation
+        moved = compute_checkpoint_moved(before, node)
         updates: List[Update] = []
         for cid in list_records(self.state_dir, "containers"):
             if cid == exclude:
                 continue
             try:
-                update = self._redecide(node, cid)
+                update = self._redecide(node, cid, moved)
             except HookError as exc:
                 self.reporter.error(f"nri: container {cid}: {exc.kind}: {exc}")
                 continue
@@ -257,12 +272,21 @@ class NriEngine:
                 updates.append(update)
         return tuple(updates)
 
-    def _redecide(self, node: NodeFacts, cid: str) -> Optional[Update]:
+    def _redecide(self, node: NodeFacts, cid: str, moved: Optional[Moved] = None) -> Optional[Update]:
+        """The update for tracked container ``cid`` when its decision on ``node`` differs from its
+        record's; ``moved``: only kubelet's checkpoint entries changed since the last pass, and these:
+        a container whose entry is not among them (and none of whose CPUs two entries claim) is
+        decided on the same inputs as before, so not again."""
         rec = load_container(self.state_dir, cid)
         # "creating": the runtime makes the cgroup after CreateContainer is answered; once it exists the
         # container is live (the record says "applied" only after a reconcile has seen it)
         if rec is None or rec.mode != "nri" or rec.phase == "releasing":
             return None
+        if moved is not None and node.checkpoint is not None:
+            key = (rec.identity.pod_uid, rec.identity.container)
+            entry = compute_assigned(node.checkpoint, key[0], key[1], cid) or frozenset()
+            if key not in moved.keys and cid not in moved.ids and not ((rec.exclusive | entry) & moved.contested):
+                return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
         pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
         if dirs is None or not exists(dirs):

@@ -89,3 +89,27 @@ def test_a_new_shared_set_reaches_every_container_at_the_next_event(world: World
     assert got == [(APP, "0,2-3"), (OTHER, "0,4-5")]
     quotas = {u.container_id: u.linux.resources.cpu.quota.value for u in reply.update}
     assert quotas == {APP: 300000, OTHER: 300000}  # base 200000 + one shared CPU now
+
+
+THIRD = "c3" * 32
+THIRD_UID = "66666666-7777-8888-9999-000000000000"
+
+
+def test_an_unchanged_entry_that_a_moved_one_now_overlaps_is_decided_again(world: World, reporter: Any) -> None:
+    """Only kubelet's entries changed: the containers whose entries did not change are not decided
+    again, except one whose CPUs another entry now claims too (the checkpoint is then not kubelet's
+    truth for it: refused, as when every container was decided again)."""
+    world.checkpoint("2-3", other="4-5")
+    world.create(APP)
+    world.create(OTHER, name="other", pod_uid=OTHER_UID)
+    world.node.add_container(THIRD, name="third", cpus="6-7", quota=200000, pod_quota=200000, pod_uid=THIRD_UID)
+    # kubelet's next write: "third" allocated, and "other" moved onto app's CPU 3 (app's entry as it was)
+    world.node.write_checkpoint({POD_UID: {"app": "2-3"}, OTHER_UID: {"other": "3-5"}, THIRD_UID: {"third": "6-7"}})
+    reply = world.create(THIRD, name="third", cpus="6-7", pod_uid=THIRD_UID)
+    world.running.settle()
+    assert reply.adjust.linux.resources.cpu.cpus == "0-1,6-7" and list(reply.update) == []
+    refused = [m for _p, m in reporter.sink.messages if "kubelet never does" in m]
+    assert sorted(m.split(":")[1].split()[-1] for m in refused) == sorted([APP, OTHER]), refused
+    # nothing moved for the refused ones: their records as they were
+    assert world.node.records("containers")[APP]["exclusive"] == "2-3"
+    assert world.node.records("containers")[OTHER]["exclusive"] == "4-5"
