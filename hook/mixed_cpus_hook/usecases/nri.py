@@ -251,8 +251,12 @@ class NriEngine:
         Only when a node fact changed (the shared CPUs, kubelet's checkpoint): then each record is
         decided again from what the runtime was last told for it, and a container whose answer
         differs (kubelet's checkpoint moved it; the shared set changed) is updated in this reply,
-        so that its old exclusive CPUs are free before the event's container starts on them. The
-        caller holds the state lock.
+        so that its old exclusive CPUs are free before the event's container starts on them. When
+        only kubelet's entries changed (kubelet allocated or released CPUs: on a static-policy node,
+        at every container), only the containers whose entries changed, or whose CPUs two entries
+        claim, are decided again (compute_checkpoint_moved): the others' inputs are as they were.
+        One whose decision failed here is retried by the periodic reconcile, not at every change.
+        The caller holds the state lock.
         """
         if node.generation == self.decided_generation:
             return ()
