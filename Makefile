@@ -296,12 +296,15 @@ rpm: tarball
 # Unit tests on Python 3.9 with the oldest dependency versions we support: those of RHEL 9.
 COMPAT_VENV ?= .venv-py39
 COMPAT_PINS := click==7.1.2 jsonschema==3.2.0 PyYAML==5.4.1 psutil==5.8.0 protobuf==3.14.0 tomli==1.2.3
+# venv and pip with a TMPDIR of their own, removed after them: Python 3.9's ensurepip runs pip from its wheel,
+# which copies its certifi bundle to a temporary cacert.pem and leaves it behind in /tmp at every run.
+PIP_OWN_TMP = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && TMPDIR=$$tmp
 $(COMPAT_VENV)/.stamp: setup.cfg pyproject.toml
 	@test -n "$(PY39)" || { echo "test-compat: no python3.9 found; set PY39=/path/to/python3.9" >&2; exit 1; }
 	rm -rf $(COMPAT_VENV)
-	$(PY39) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check $(COMPAT_PINS) pytest pyfakefs prometheus_client vermin
-	$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PIP_OWN_TMP) $(PY39) -m venv $(COMPAT_VENV)
+	$(PIP_OWN_TMP) $(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check $(COMPAT_PINS) pytest pyfakefs prometheus_client vermin
+	$(PIP_OWN_TMP) $(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
 # What depends on the Python version (ruff's py39 rules, vermin); complexity is `make lint`'s.
