@@ -17,9 +17,9 @@ registers the plugin, configures and synchronizes it, then
 ``--checkpoint``: kubelet's CPU manager checkpoint is kept as kubelet keeps it on a node with the
 static policy, written (replaced whole, with its checksum) with a container's entry before its
 CreateContainer and without it after its RemoveContainer, outside the timed calls. Every creation
-then meets a changed checkpoint: the plugin reads it again and decides again every container it
-tracks (kubelet may have moved one); the CreateContainer figures are printed per quarter of the
-live containers (the first quarter meets few, the last nearly ``--requests``).
+then meets a changed checkpoint: the plugin reads it again (its checksum too), lists the containers
+it tracks and decides again those whose entries changed; the CreateContainer figures are printed
+per quarter of the live containers (the first quarter meets few, the last nearly ``--requests``).
 
 Prints the figures and exits 0. The in-process path (fake files on tmpfs) makes this the
 plugin's own cost, not a real kernel's cgroup writes.
