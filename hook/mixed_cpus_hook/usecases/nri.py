@@ -327,7 +327,8 @@ class NriEngine:
                 return Answer(Outcome("skipped"), None, self._others(node, facts.id))
         node = self.facts()
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
-        if not os.path.isdir(pod.cpu):
+        there = cg.open_pod_quota(node.layout, pod.cpu)  # the quota read below finds them kept
+        if not there and (there is not None or not os.path.isdir(pod.cpu)):
             raise CgroupError("pod cgroup not found", pod.cpu)
         if node.online and not facts.cpus <= node.online:
             require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")

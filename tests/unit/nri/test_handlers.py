@@ -7,8 +7,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+from mixed_cpus_hook.core.bounds import MAX_ENV_ENTRIES
 from mixed_cpus_hook.core.cgroup import Quota
-from mixed_cpus_hook.core.errors import CpuListError
+from mixed_cpus_hook.core.errors import CpuListError, RuntimeInputError
 from mixed_cpus_hook.core.model import Adjustment, Resources
 from mixed_cpus_hook.frontends.nri.handlers import (Handlers,
                                                     compute_facts,
@@ -66,6 +67,33 @@ def test_compute_facts() -> None:
         "io.kubernetes.container.name": "app"}
     assert facts.cgroups_path == f"/kubepods/pod{POD_UID}/crio-{APP}"
     assert facts.pod_cgroup == f"/kubepods/pod{POD_UID}"
+
+
+@pytest.mark.parametrize("claims,env,expected", [
+    pytest.param(True, ["PATH=/bin", "DRA_CPUSET_c1=2-3"], ("DRA_CPUSET_c1=2-3",), id="dra-reads-its-claims"),
+    pytest.param(False, ["PATH=/bin", "DRA_CPUSET_c1=2-3"], (), id="kubelet-source-reads-no-claim"),
+    # not read at all where no claim is: the environment's bounds do not refuse what is never used
+    pytest.param(False, ["X=x"] * (MAX_ENV_ENTRIES + 1), (), id="kubelet-source-ignores-a-huge-environment"),
+])
+def test_compute_facts_claims(claims: bool, env: Any, expected: Any) -> None:
+    pod, ctr = pod_and_container(APP)
+    ctr.env.extend(env)
+    assert compute_facts(pod, ctr, claims=claims).env == expected
+
+
+def test_compute_facts_bounds_the_environment_it_reads() -> None:
+    pod, ctr = pod_and_container(APP)
+    ctr.env.extend(["X=x"] * (MAX_ENV_ENTRIES + 1))
+    with pytest.raises(RuntimeInputError, match=f"environment of {MAX_ENV_ENTRIES + 1} entries, more than"):
+        compute_facts(pod, ctr, claims=True)
+
+
+@pytest.mark.parametrize("source,reads", [pytest.param("kubelet", False, id="kubelet"),
+                                          pytest.param("dra", True, id="dra")])
+def test_handlers_read_claims_only_for_the_dra_source(fake_node: Callable[..., Any], reporter: Any, source: str,
+                                                       reads: bool) -> None:
+    node = fake_node(version=1, config={"exclusive_source": source, "shared_cpus": "pool"})
+    assert Handlers(load_config(node.config_path), reporter.reporter).reads_claims is reads
 
 
 ADJ = Adjustment(Resources(frozenset({0, 1, 2, 3}), None, 100000), frozenset({2, 3}), frozenset({0, 1}),

@@ -107,13 +107,15 @@ def check_request(pod: "api.PodSandbox", container: "api.Container", where: str)
 
 def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit: int = MAX_CPULIST_TEXT,
                   counted: Tuple[Optional[Dict[str, str]], Optional[Dict[str, str]]] = (None, None),
-                  merged: Optional[Dict[str, str]] = None) -> ContainerFacts:
+                  merged: Optional[Dict[str, str]] = None, claims: bool = True) -> ContainerFacts:
     """The engine's view of a container; raises a HookError for a value out of bounds or malformed.
 
     ``cpus_limit``: the longest cpulist text parsed (compute_cpus_limit of the node's online CPUs).
     ``counted``: the pod's and the container's annotations as count_annotations gave them, when
     the caller read them already; ``merged``: a new dict the caller made of them (the pod's, then
-    the container's), which becomes the facts' annotations (not copied again).
+    the container's), which becomes the facts' annotations (not copied again). ``claims``: the
+    environment's ``DRA_CPUSET_`` entries are read (bounded first); false where the engine never reads
+    them (exclusive_source kubelet): the environment is then not read at all, and the facts have none.
 
     One pass over plain values (every CreateContainer of an asking container comes here): the
     bounds of check_request tested at once, check_request itself run only to name what is out of
@@ -144,7 +146,7 @@ def compute_facts(pod: "api.PodSandbox", container: "api.Container", cpus_limit:
     cpus, quota, period = parse_cpu_values(cpus_text, quota_value, period_value, f"{where}: linux.resources.cpu",
                                            cpus_limit)
     return ContainerFacts(cid, annotations, cpus, quota, container.linux.cgroups_path, pod.linux.cgroup_parent,
-                          container.state == STOPPED, period, read_claim_env(container.env, where),
+                          container.state == STOPPED, period, read_claim_env(container.env, where) if claims else (),
                           cpu.shares.value if cpu.HasField("shares") else 0)
 
 
@@ -434,6 +436,9 @@ class Handlers:
         # container changes the pool of the mixed ones.
         self.places_all = is_pool(config)
         self.engine: NriEngine = (DraEngine if config.exclusive_source == "dra" else NriEngine)(config, reporter, cache)
+        # Only the dra source takes a container's CPUs from its claims (DRA_CPUSET_ variables): elsewhere a
+        # CreateContainer's environment is not read (nor converted from the request, entry by entry).
+        self.reads_claims = config.exclusive_source == "dra"
         # Set by the plugin: True once it was asked to stop (a long Synchronize then ends early).
         self.stopping: Callable[[], bool] = lambda: False
         # The Synchronize being collected (its parts so far), bounded.
@@ -483,7 +488,8 @@ class Handlers:
             return api.CreateContainerResponse()
         try:
             answer = self.engine.create(compute_facts(req.pod, req.container, self.cpus_limit(),
-                                                      (pod_annotations, container_annotations), annotations))
+                                                      (pod_annotations, container_annotations), annotations,
+                                                      self.reads_claims))
             reply = (api.CreateContainerResponse(update=format_updates(answer.updates)) if answer.updates
                      else api.CreateContainerResponse())
             if answer.adjust is not None:
