@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -97,6 +97,42 @@ def test_footprint_is_the_per_cycle_difference_and_rows_are_over_the_baseline() 
     assert row.split() == ["product", "lines", "7.00k", "(code", "2.00k,", "data", "5.00k)", "2.00", "instructions",
                            "4.0k"]
     assert "instructions" in footprint.format_row("base", (1.0, 1.0, 1.0), (1.0, 1.0, 1.0), None)
+
+
+import nri_cold_latency as cold  # noqa: E402
+
+COLD_OUTPUT = [
+    ("after-a-devices-lines", 'container c1 (perf/perf/app): mixed CPUs 0-1\n'
+     '{"CreateContainer": [3, 1], "UpdateContainer": [2], "StopContainer": [5]}\n',
+     {"CreateContainer": [3, 1], "UpdateContainer": [2], "StopContainer": [5]}),
+]
+COLD_MALFORMED = [
+    ("nothing", "", "the child printed nothing"),
+    ("an-event-missing", '{"CreateContainer": [1], "UpdateContainer": [1]}', "not the child's timings"),
+    ("not-a-list", '{"CreateContainer": 1, "UpdateContainer": [1], "StopContainer": [1]}', "not the child's timings"),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in COLD_OUTPUT], ids=[c[0] for c in COLD_OUTPUT])
+def test_cold_latency_reads_the_childs_last_line(text: str, expected: Dict[str, List[int]]) -> None:
+    assert cold.parse_child_output(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [c[1:] for c in COLD_MALFORMED], ids=[c[0] for c in COLD_MALFORMED])
+def test_cold_latency_refuses_what_is_not_the_childs_timings(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cold.parse_child_output(text)
+
+
+def test_cold_latency_takes_the_median_of_the_rounds_p50s_and_ratios_to_the_first() -> None:
+    rounds = [{"CreateContainer": [1000, 3000, 2000], "UpdateContainer": [500], "StopContainer": [700, 900]},
+              {"CreateContainer": [4000], "UpdateContainer": [1500], "StopContainer": [800]},
+              {"CreateContainer": [3000], "UpdateContainer": [100], "StopContainer": [600, 1000]}]
+    assert cold.compute_p50s(rounds) == {"CreateContainer": 3.0, "UpdateContainer": 0.5, "StopContainer": 0.8}
+    first = {"CreateContainer": 4.0, "UpdateContainer": 1.0, "StopContainer": 2.0}
+    assert cold.format_row("a", first, first).split() == ["a", "4.0", "1.0", "2.0"]
+    assert cold.format_row("b", {"CreateContainer": 2.0, "UpdateContainer": 1.5, "StopContainer": 1.0},
+                           first).split() == ["b", "2.0", "(0.50)", "1.5", "(1.50)", "1.0", "(0.50)"]
 
 
 # benchmarks/nri_reference.py --python: the tool's venv-mch made again only when another interpreter made it.
