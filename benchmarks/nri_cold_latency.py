@@ -31,9 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,10 +44,11 @@ WARMUP = 20
 
 # The child: CYCLES asking containers (after WARMUP), each event decoded, handled and encoded after
 # the flush. MCH_COLD_BENCH: the benchmarks directory beside the hook measured (its
-# nri_request_cost puts that hook first); MCH_COLD_DEVICE: a device module there, installed first.
+# nri_request_cost puts that hook first); MCH_COLD_DEVICE: a device module there, installed first;
+# MCH_COLD_STATE: a directory holding the plugin's config.yaml (write_config), its state below it.
 # Prints {event: [ns, ...]} as JSON on its last line.
 CHILD = r"""
-import io, json, os, shutil, sys, tempfile, time, uuid
+import io, json, os, sys, time, uuid
 sys.path.insert(0, os.environ["MCH_COLD_BENCH"])
 import nri_request_cost as b  # puts its checkout's hook/ first on sys.path
 if os.environ.get("MCH_COLD_DEVICE"):
@@ -58,15 +61,11 @@ from mixed_cpus_hook.node.log import Reporter
 flush = bytearray(int(os.environ["MCH_COLD_FLUSH"]))
 source = bytes(len(flush))
 pod = b.Pod()
-state = tempfile.mkdtemp(prefix="mch-cold-", dir=os.environ["MCH_COLD_TMP"])
+state = os.environ["MCH_COLD_STATE"]
 out = {"CreateContainer": [], "UpdateContainer": [], "StopContainer": []}
 try:
-    config = os.path.join(state, "config.yaml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(f'shared_cpus: "0"\nstate_dir: {state}/state\ncgroup_root: {b.CG}\nfailure_policy: fail\n'
-                f'allowed_namespaces: ["perf"]\nkubelet_state_file: {state}/none/cpu_manager_state\n')
     reporter = Reporter(stream=io.StringIO(), sink=None)
-    h = Handlers(load_config(config, cache_dir=os.path.join(state, "cache")), reporter)
+    h = Handlers(load_config(os.path.join(state, "config.yaml"), cache_dir=os.path.join(state, "cache")), reporter)
     calls = [("CreateContainer", h.create_container), ("UpdateContainer", h.update_container),
              ("StopContainer", h.stop_container)]
     settle_memory()
@@ -85,7 +84,6 @@ try:
             if n >= warmup:
                 out[method].append(took)
 finally:
-    shutil.rmtree(state, ignore_errors=True)
     pod.remove()
 print(json.dumps(out))
 """
@@ -116,12 +114,27 @@ def format_row(label: str, p50s: Dict[str, float], first: Dict[str, float]) -> s
     return f"{label:44.44s} " + " ".join(cells)
 
 
+def write_config(state: str) -> str:
+    """The plugin's config for a run in ``state`` (its records below it; the pod's namespace "perf"
+    allowed, no kubelet checkpoint, as in nri_request_cost.py); returns its path."""
+    path = os.path.join(state, "config.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f'shared_cpus: "0"\nstate_dir: {state}/state\ncgroup_root: /sys/fs/cgroup\nfailure_policy: fail\n'
+                f'allowed_namespaces: ["perf"]\nkubelet_state_file: {state}/none/cpu_manager_state\n')
+    return path
+
+
 def run_child(hook: str, device: str, flush_mib: int, cycles: int, tmp: str) -> Dict[str, List[int]]:
-    env = dict(os.environ, MCH_COLD_BENCH=os.path.join(os.path.dirname(hook), "benchmarks"),
-               MCH_COLD_DEVICE=device, MCH_COLD_FLUSH=str(flush_mib << 20), MCH_COLD_CYCLES=str(cycles),
-               MCH_COLD_WARMUP=str(WARMUP), MCH_COLD_TMP=tmp)
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False,
-                          cwd="/")
+    state = tempfile.mkdtemp(prefix="mch-cold-", dir=tmp)
+    try:
+        write_config(state)
+        env = dict(os.environ, MCH_COLD_BENCH=os.path.join(os.path.dirname(hook), "benchmarks"),
+                   MCH_COLD_DEVICE=device, MCH_COLD_FLUSH=str(flush_mib << 20), MCH_COLD_CYCLES=str(cycles),
+                   MCH_COLD_WARMUP=str(WARMUP), MCH_COLD_STATE=state)
+        done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False,
+                              cwd="/")
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
     if done.returncode != 0:
         raise RuntimeError(f"{hook} {device or ''}: exit {done.returncode}: {done.stderr.strip()[-1500:]}")
     return parse_child_output(done.stdout)

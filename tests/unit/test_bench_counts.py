@@ -135,6 +135,13 @@ def test_cold_latency_takes_the_median_of_the_rounds_p50s_and_ratios_to_the_firs
                            first).split() == ["b", "2.0", "(0.50)", "1.5", "(1.50)", "1.0", "(0.50)"]
 
 
+def test_cold_latency_config_is_one_the_plugin_loads(tmp_path: Path) -> None:
+    from mixed_cpus_hook.node.config import load_config
+
+    config = load_config(cold.write_config(str(tmp_path)), cache_dir=str(tmp_path / "cache"))
+    assert (config.state_dir, tuple(config.allowed_namespaces)) == (f"{tmp_path}/state", ("perf",))
+
+
 # benchmarks/nri_reference.py --python: the tool's venv-mch made again only when another interpreter made it.
 @pytest.mark.parametrize("made_with,kept", [
     pytest.param("this", True, id="same-interpreter-kept"),
