@@ -423,9 +423,10 @@ def open_pod_quota(layout: Layout, d: str) -> Optional[bool]:
     quota file (and v1's period file), opened and kept now when they are not yet: True once both are
     kept (a cgroup removed since fails their read, which names the file); False when the quota file
     is missing and so is ``d``. None where nothing is kept (``d`` is not below a lexical root), the
-    open failed otherwise, or ``d`` is there without the file: the caller
-    looks at the directory itself. A creation asks whether its pod's cgroup is there and then reads
-    its quota: these opens come first instead of a stat, and the read finds them kept."""
+    open failed otherwise, or ``d`` is there without the file: the caller looks at the directory
+    itself. A creation asks whether its pod's cgroup is there and then reads its quota: these opens
+    come first instead of a stat, and the read finds them kept (the creation closes them again when
+    it places nothing: NriEngine._forget_unplaced)."""
     quota = quota_file(layout, d)
     if not (_LEXICAL.get(d) is layout.lexical or _is_below_any(layout.lexical, quota)):  # read_text_in's test
         return None
