@@ -52,7 +52,8 @@ another one (a ``python3`` shim first on the tool's PATH; nothing else of the to
 runs the plugin on its distribution's interpreter (the RPM's ``/usr/bin/python3``, the image's
 UBI python3), built with profile-guided and link-time optimization; a pyenv build without
 ``--enable-optimizations`` runs the same Python code about 20% slower (on this machine, 2026-12-05).
-The interpreter is printed with the results.
+The interpreter is printed with the results. Python 3.9's ``-m venv`` leaves a ``tmp*cacert.pem``
+in the tool's TMPDIR at every build of venv-mch: those that appear during the run are removed after it.
 
 ``--no-record-io`` adds one run in which the plugin keeps its records in memory only
 (``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
@@ -250,6 +251,28 @@ def use_interpreter(python: Optional[str], env: Dict[str, str], shim_dir: str) -
     return f"{wanted[0]} (Python {wanted[1]})"
 
 
+def list_cacerts(tmpdir: str) -> List[str]:
+    """The ``tmp*cacert.pem`` files in ``tmpdir``: what Python 3.9's ensurepip leaves there at every
+    ``python3 -m venv`` (pip, run from its wheel, copies certifi's bundle to a temporary file and never
+    removes it); the tool's setup makes its venv-mch with the plugin's interpreter at every commit."""
+    try:
+        return sorted(n for n in os.listdir(tmpdir) if n.startswith("tmp") and n.endswith("cacert.pem"))
+    except OSError:
+        return []
+
+
+def remove_leaked_cacerts(tmpdir: str, before: List[str]) -> List[str]:
+    """Remove the ``tmp*cacert.pem`` files of ``tmpdir`` that were not there ``before`` the tool ran
+    (its venv build left them: run the benchmark alone); returns their names."""
+    left = [n for n in list_cacerts(tmpdir) if n not in before]
+    for name in left:
+        try:
+            os.unlink(os.path.join(tmpdir, name))
+        except OSError:
+            pass
+    return left
+
+
 def run_wrapped(tool: str, env: Dict[str, str], wrapper: str) -> Optional[Dict[str, float]]:
     """One run of the tool with NRI_REFERENCE_WRAP set to ``wrapper`` (a shell script's text)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-wrap-") as tmp:
@@ -295,12 +318,20 @@ def main() -> int:
     env = dict(os.environ, PROJECT=REPO)
     if args.tmpfs:
         env["TMPDIR"] = "/dev/shm"
-    with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir:
-        interpreter = use_interpreter(args.python, env, shim_dir)
-        if interpreter is None:
-            return 2
-        print(f"the plugin's interpreter: {interpreter}")
-        return measure(args, env)
+    tmpdir = env.get("TMPDIR") or tempfile.gettempdir()
+    before = list_cacerts(tmpdir)
+    try:
+        with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir:
+            interpreter = use_interpreter(args.python, env, shim_dir)
+            if interpreter is None:
+                return 2
+            print(f"the plugin's interpreter: {interpreter}")
+            return measure(args, env)
+    finally:
+        left = remove_leaked_cacerts(tmpdir, before)
+        if left:
+            print(f"nri_reference: removed {len(left)} cacert.pem the tool's venv build left in {tmpdir} "
+                  "(Python 3.9's ensurepip)")
 
 
 def measure(args: argparse.Namespace, env: Dict[str, str]) -> int:

@@ -142,6 +142,20 @@ def test_cold_latency_config_is_one_the_plugin_loads(tmp_path: Path) -> None:
     assert (config.state_dir, tuple(config.allowed_namespaces)) == (f"{tmp_path}/state", ("perf",))
 
 
+def test_the_cacerts_a_venv_build_leaves_are_removed_and_no_other_file(tmp_path: Path) -> None:
+    import nri_reference as ref
+
+    (tmp_path / "tmpold1234cacert.pem").write_text("x")  # there before: not ours
+    (tmp_path / "other.pem").write_text("x")
+    before = ref.list_cacerts(str(tmp_path))
+    assert before == ["tmpold1234cacert.pem"]
+    (tmp_path / "tmpab12cd34cacert.pem").write_text("x")  # left by the tool's venv build
+    (tmp_path / "tmpab12cd34").mkdir()
+    assert ref.remove_leaked_cacerts(str(tmp_path), before) == ["tmpab12cd34cacert.pem"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.pem", "tmpab12cd34", "tmpold1234cacert.pem"]
+    assert ref.remove_leaked_cacerts(str(tmp_path / "gone"), []) == []
+
+
 # benchmarks/nri_reference.py --python: the tool's venv-mch made again only when another interpreter made it.
 @pytest.mark.parametrize("made_with,kept", [
     pytest.param("this", True, id="same-interpreter-kept"),
