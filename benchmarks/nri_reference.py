@@ -251,6 +251,17 @@ def use_interpreter(python: Optional[str], env: Dict[str, str], shim_dir: str) -
     return f"{wanted[0]} (Python {wanted[1]})"
 
 
+def forget_broken_venv(venv: str) -> bool:
+    """Remove the tool's venv-mch when its interpreter no longer resolves: one made with ``--python``
+    links to the ``python3`` shim, which goes with its temporary directory, and the tool's setup
+    checks only the commit, so a plain run of the tool at the same commit would start a venv that
+    cannot run (its next setup makes it again). Returns whether it was removed."""
+    if os.path.isdir(venv) and not os.path.exists(os.path.join(venv, "bin", "python")):
+        shutil.rmtree(venv, ignore_errors=True)
+        return True
+    return False
+
+
 def list_cacerts(tmpdir: str) -> List[str]:
     """The ``tmp*cacert.pem`` files in ``tmpdir``: what Python 3.9's ensurepip leaves there at every
     ``python3 -m venv`` (pip, run from its wheel, copies certifi's bundle to a temporary file and never
@@ -328,6 +339,9 @@ def main() -> int:
             print(f"the plugin's interpreter: {interpreter}")
             return measure(args, env)
     finally:
+        if forget_broken_venv(os.path.join(HOME, "venv-mch")):
+            print("nri_reference: the tool's venv-mch ran through this run's python3 shim: removed (the tool's "
+                  "next run makes it again with its own python3)")
         left = remove_leaked_cacerts(tmpdir, before)
         if left:
             print(f"nri_reference: removed {len(left)} cacert.pem the tool's venv build left in {tmpdir} "

@@ -156,6 +156,21 @@ def test_the_cacerts_a_venv_build_leaves_are_removed_and_no_other_file(tmp_path:
     assert ref.remove_leaked_cacerts(str(tmp_path / "gone"), []) == []
 
 
+def test_a_venv_whose_interpreter_went_with_the_shim_is_removed(tmp_path: Path) -> None:
+    import nri_reference as ref
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").symlink_to(sys.executable)
+    for name, target in (("broken", shim / "python3"), ("sound", Path(sys.executable))):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "python").symlink_to(target)
+    (shim / "python3").unlink()  # the shim's temporary directory is gone
+    assert ref.forget_broken_venv(str(tmp_path / "broken")) is True and not (tmp_path / "broken").exists()
+    assert ref.forget_broken_venv(str(tmp_path / "sound")) is False and (tmp_path / "sound").is_dir()
+    assert ref.forget_broken_venv(str(tmp_path / "none")) is False
+
+
 # benchmarks/nri_reference.py --python: the tool's venv-mch made again only when another interpreter made it.
 @pytest.mark.parametrize("made_with,kept", [
     pytest.param("this", True, id="same-interpreter-kept"),
