@@ -54,6 +54,8 @@ UBI python3), built with profile-guided and link-time optimization; a pyenv buil
 ``--enable-optimizations`` runs the same Python code about 20% slower (on this machine, 2026-12-05).
 The interpreter is printed with the results. Python 3.9's ``-m venv`` leaves a ``tmp*cacert.pem``
 in the tool's TMPDIR at every build of venv-mch: those that appear during the run are removed after it.
+A venv-mch made through the shim cannot start once the shim's directory is gone, and the tool's setup
+checks only the commit: it is removed after the run, and the tool's next run makes it again.
 
 ``--no-record-io`` adds one run in which the plugin keeps its records in memory only
 (``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
