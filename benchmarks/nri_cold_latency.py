@@ -14,8 +14,7 @@ memory layout.
 
 Variants: each ``--hook`` (a checkout's ``hook`` directory, its ``benchmarks`` beside it: as in
 ``nri_request_counts.py``, that checkout's ``nri_request_cost.py`` builds the requests; default this
-one's), and with
-``--devices`` the first one's handlers replaced by the product's duties in straight-line Python
+one's), and with ``--devices`` the first one's handlers replaced by the product's duties in straight-line Python
 (``nri_duties.py``) and by the Go plugin's work in Python (``nri_go_work.py``), as
 ``nri_reference.py --duties/--go-work`` run them.
 
@@ -36,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVENTS = ("CreateContainer", "UpdateContainer", "StopContainer")
@@ -105,11 +104,11 @@ def compute_p50s(rounds: Sequence[Dict[str, List[int]]]) -> Dict[str, float]:
     return {e: statistics.median(statistics.median(r[e]) for r in rounds) / 1e3 for e in EVENTS}
 
 
-def format_row(label: str, p50s: Dict[str, float], first: Dict[str, float]) -> str:
-    """One variant's line: p50 per event and, after the first variant, its ratio to the first."""
+def format_row(label: str, p50s: Dict[str, float], first: Optional[Dict[str, float]]) -> str:
+    """One variant's line: p50 per event and its ratio to ``first`` (None: this is the first)."""
     cells = []
     for e in EVENTS:
-        ratio = f" ({p50s[e] / first[e]:4.2f})" if first is not p50s and first[e] else ""
+        ratio = f" ({p50s[e] / first[e]:4.2f})" if first is not None and first[e] else ""
         cells.append(f"{p50s[e]:8.1f}{ratio:7s}")
     return f"{label:44.44s} " + " ".join(cells)
 
@@ -174,8 +173,7 @@ def main(argv: Sequence[str]) -> int:
     print(f"{'variant':44} " + " ".join(f"{e[:-len('Container')]:>15}" for e in EVENTS))
     first = compute_p50s(results[0])
     for i, (_hook, _device, label) in enumerate(variants):
-        p50s = compute_p50s(results[i])
-        print(format_row(label, p50s, first if i else p50s))
+        print(format_row(label, compute_p50s(results[i]), first if i else None))
     return 0
 
 

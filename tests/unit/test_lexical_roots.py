@@ -176,30 +176,6 @@ def test_kept_descriptors_read_fresh_values_and_go_with_their_cgroup(real_cpu_cg
     assert [p for p in cg._KEPT if p.startswith(made)] == []
 
 
-def test_open_pod_quota_tells_whether_the_pod_is_there_by_keeping_its_files(real_cpu_cgroup: Any,
-                                                                             monkeypatch: Any) -> None:
-    """A creation asks whether its pod's cgroup is there with the opens its quota read needs anyway."""
-    layout, made = real_cpu_cgroup
-    quota, period = os.path.join(made, "cpu.cfs_quota_us"), os.path.join(made, "cpu.cfs_period_us")
-    assert cg.open_pod_quota(layout, made + "-missing") is False
-    assert cg.open_pod_quota(layout._replace(lexical=()), made) is None  # nothing is kept there: ask isdir
-    assert quota not in cg._KEPT
-    assert cg.open_pod_quota(layout, made) is True
-    assert quota in cg._KEPT and period in cg._KEPT
-    real_open = os.open
-    opened: List[str] = []
-    monkeypatch.setattr(cg.os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
-    assert cg.read_quota(layout, made, keep=True).quota is None  # read through what it kept
-    assert cg.open_pod_quota(layout, made) is True  # kept already: no open
-    assert opened == []
-    os.rmdir(made)  # gone since: the read that follows says so, and drops the descriptors
-    assert cg.open_pod_quota(layout, made) is True
-    with pytest.raises(CgroupError, match="cannot read"):
-        cg.read_quota(layout, made, keep=True)
-    assert [p for p in cg._KEPT if p.startswith(made)] == []
-    assert cg.open_pod_quota(layout, made) is False
-
-
 def test_a_kept_quota_is_written_through_its_descriptor(real_cpu_cgroup: Any, monkeypatch: Any) -> None:
     """A pod's kept quota file takes writes without an open; the kernel's refusal still reaches the
     caller; a cgroup removed since is reported as a missing file and its descriptors dropped."""

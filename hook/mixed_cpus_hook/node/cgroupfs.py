@@ -418,32 +418,6 @@ def read_quota(layout: Layout, d: str, keep: bool = False) -> Quota:
     return Quota(None if quota < 0 else quota, period)
 
 
-def open_pod_quota(layout: Layout, d: str) -> Optional[bool]:
-    """Whether pod cgroup ``d`` is there, told by the descriptors read_quota(keep=True) keeps for its
-    quota file (and v1's period file), opened and kept now when they are not yet: True once both are
-    kept (a cgroup removed since fails their read, which names the file); False when the quota file
-    is missing and so is ``d``. None where nothing is kept (``d`` is not below a lexical root), the
-    open failed otherwise, or ``d`` is there without the file: the caller looks at the directory
-    itself. A creation asks whether its pod's cgroup is there and then reads its quota: these opens
-    come first instead of a stat, and the read finds them kept (the creation closes them again when
-    it places nothing: NriEngine._forget_unplaced)."""
-    quota = quota_file(layout, d)
-    if not (_LEXICAL.get(d) is layout.lexical or _is_below_any(layout.lexical, quota)):  # read_text_in's test
-        return None
-    paths = (quota,) if layout.version == 2 else (quota, join_file(d, "cpu.cfs_period_us"))
-    for path in paths:
-        if _KEPT.get(path) is not None:
-            continue
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None if os.path.isdir(d) else False
-        except OSError:
-            return None
-        _KEPT.keep(path, fd)
-    return True
-
-
 def write_text(path: str, text: str) -> None:
     """Write one value with a single write(2), so the kernel's verdict reaches us (through the
     descriptor kept for ``path``, a pod's quota, when there is one)."""

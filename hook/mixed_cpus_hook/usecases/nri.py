@@ -239,19 +239,6 @@ class NriEngine:
                 self.reporter.emit("info", f"container {cid}: {why}: {line}", to_stream=False)
         return desired, Placed(rec, lines)
 
-    def _forget_unplaced(self, pod: Dirs) -> None:
-        """A creation that placed nothing (refused, failed, or not mixed): the pod's quota descriptors
-        that open_pod_quota kept for it are closed again, unless the pod has a record (another of
-        its containers is mixed: release closes them with the record). Kept, they would hold the
-        files of a cgroup kubelet removes later (at most cgroupfs.MAX_KEPT, the oldest closed first)."""
-        key = pod_key_of(pod)
-        try:
-            placed = load_pod(self.state_dir, key) is not None if key else False
-        except HookError:
-            placed = False
-        if not placed:
-            cg.forget_kept(pod.cpu)
-
     def _note(self, cid: str, desired: Desired) -> None:
         if desired.note and desired.mixed:
             self.reporter.emit("warning", f"container {cid}: {desired.note}", to_stream=False)
@@ -340,34 +327,27 @@ class NriEngine:
                 return Answer(Outcome("skipped"), None, self._others(node, facts.id))
         node = self.facts()
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
+        if not os.path.isdir(pod.cpu):
+            raise CgroupError("pod cgroup not found", pod.cpu)
         if node.online and not facts.cpus <= node.online:
             require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
         identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
         given = facts.quota or Quota(None, facts.period)
         if not given.period:
             given = Quota(given.quota, DEFAULT_PERIOD)
-        there = cg.open_pod_quota(node.layout, pod.cpu)  # the quota read below finds them kept
-        if not there and (there is not None or not os.path.isdir(pod.cpu)):
-            raise CgroupError("pod cgroup not found", pod.cpu)
         with self.lock:
-            try:
-                prev = load_container(self.state_dir, facts.id)
-                if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
-                                         or prev.cgroup.cpu != dirs.cpu):
-                    # A release that did not finish, or the same id again in another pod (or cgroup):
-                    # the old pod gets its share back first.
-                    why = ("release finished" if prev.phase == "releasing"
-                           else f"created again in pod {pod_key_of(pod)}")
-                    release_locked(self.state_dir, node.layout, facts.id, self.reporter, why=why)
-                    prev = None
-                assigned = read_assigned(node, identity, facts.id)
-                now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
-                desired, placed = self._place(node, facts.id, identity, dirs, pod, now, prev, "create")
-            except Exception:
-                self._forget_unplaced(pod)
-                raise
+            prev = load_container(self.state_dir, facts.id)
+            if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
+                                     or prev.cgroup.cpu != dirs.cpu):
+                # A release that did not finish, or the same id again in another pod (or cgroup):
+                # the old pod gets its share back first.
+                why = "release finished" if prev.phase == "releasing" else f"created again in pod {pod_key_of(pod)}"
+                release_locked(self.state_dir, node.layout, facts.id, self.reporter, why=why)
+                prev = None
+            assigned = read_assigned(node, identity, facts.id)
+            now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
+            desired, placed = self._place(node, facts.id, identity, dirs, pod, now, prev, "create")
             if placed is None:
-                self._forget_unplaced(pod)
                 lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
                 self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
                 return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))

@@ -88,12 +88,16 @@ def test_compute_facts_bounds_the_environment_it_reads() -> None:
         compute_facts(pod, ctr, claims=True)
 
 
-@pytest.mark.parametrize("source,reads", [pytest.param("kubelet", False, id="kubelet"),
-                                          pytest.param("dra", True, id="dra")])
-def test_handlers_read_claims_only_for_the_dra_source(fake_node: Callable[..., Any], reporter: Any, source: str,
-                                                       reads: bool) -> None:
-    node = fake_node(version=1, config={"exclusive_source": source, "shared_cpus": "pool"})
-    assert Handlers(load_config(node.config_path), reporter.reporter).reads_claims is reads
+def test_the_kubelet_source_creates_a_container_whatever_its_environment(fake_node: Callable[..., Any],
+                                                                        reporter: Any) -> None:
+    """The handler passes claims=False where no claim is read: an environment past the bounds that
+    the dra source refuses does not stop an asking container of the kubelet source."""
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    req = create_request(APP)
+    req.container.env.extend(["X=x"] * (MAX_ENV_ENTRIES + 1))
+    reply = Handlers(load_config(node.config_path), reporter.reporter).create_container(req)
+    assert reply.adjust.linux.resources.cpu.cpus == "0-3"
 
 
 ADJ = Adjustment(Resources(frozenset({0, 1, 2, 3}), None, 100000), frozenset({2, 3}), frozenset({0, 1}),
