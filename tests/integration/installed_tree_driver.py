@@ -51,8 +51,10 @@ def main() -> int:
         out["cpuset_after_reconcile"] = node.read(paths["rel"], "cpuset.cpus")
         step("watches_sync", [sys.executable, "-I", "-m", "mixed_cpus_hook.frontends.systemd.watches", "--config", config, "sync"])
         step("nri_help", [EXE, "nri", "--help"])
-        step("nri_import", [sys.executable, "-I", "-c", "import mixed_cpus_hook.frontends.nri.plugin, google.protobuf; "
-                            "print(google.protobuf.__version__)"])
+        # The distribution's protobuf, and whether importing it brought in pkg_resources (protobuf
+        # 3.x asks for it: frontends/nri/__init__.import_protobuf keeps it out).
+        step("nri_import", [sys.executable, "-I", "-c", "import sys, mixed_cpus_hook.frontends.nri.plugin, google.protobuf; "
+                            "print(google.protobuf.__version__, 'pkg_resources' in sys.modules)"])
         # Which loader a fresh `python3 -I` uses for the hook path: the bundle's finder when
         # make install wrote the bundle (mixed_cpus_hook/__init__.py), else the usual .pyc loader.
         step("hook_loader", [sys.executable, "-I", "-c", "import mixed_cpus_hook.usecases.apply as m; l = m.__spec__.loader; "
