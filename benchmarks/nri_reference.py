@@ -57,6 +57,15 @@ in the tool's TMPDIR at every build of venv-mch: those that appear during the ru
 A venv-mch made through the shim cannot start once the shim's directory is gone, and the tool's setup
 checks only the commit: it is removed after the run, and the tool's next run makes it again.
 
+``--rootfs DIR`` runs the plugin (and the devices) on another tree's interpreter and its distribution's
+packages of the dependencies: ``DIR/usr/bin/python3`` started through ``DIR``'s own dynamic loader
+and libraries (nothing of the tree but the kernel is this machine's), the measured commit's source
+(the tool's ``H/src/hook``) first on its path, as ``python3 -m mixed_cpus_hook``. With the Debian
+bullseye tree of ``scripts/fetch-bullseye.sh deps`` (Python 3.9.2 built with PGO and LTO, protobuf
+3.12.4 with its C++ implementation, as Debian and Fedora build it) this is the closest this archive
+has to a RHEL 9 node's RPM (its python3 3.9, its python3-protobuf 3.14): ``make bench-nri
+NRI_ROOTFS=$(sh scripts/fetch-bullseye.sh deps)``.
+
 ``--no-record-io`` adds one run in which the plugin keeps its records in memory only
 (``benchmarks/nri_memory_records.py``, through NRI_REFERENCE_WRAP): every record is still built
 and formatted as JSON, but never opened, written, renamed or removed. It measures what the record
@@ -127,7 +136,38 @@ def read_ratios(result: Dict) -> Dict[str, float]:
 FLOOR_WRAP = """#!/bin/sh
 key=$1; shift
 case "$1" in
-  *mixed-cpus-hook) [ "$2" = --config ] && echo 'annotation_prefix: floor.invalid' >> "$3" ;;
+  *mixed-cpus-hook) [ "$2" = --config ] && echo 'annotation_prefix: floor.invalid' >> "$3"
+      {run_plugin} ;;
+esac
+exec "$@"
+"""
+
+# How a wrapper starts our plugin, ``$1`` being the venv's mixed-cpus-hook and the rest its arguments:
+# as the tool would, or (--rootfs) as ``python3 -m mixed_cpus_hook`` on another tree's interpreter.
+RUN_AS_IS = 'exec "$@"'
+# The interpreter a device script runs on: the venv's, beside its mixed-cpus-hook.
+VENV_PYTHON = '"$(dirname "$1")/python"'
+
+
+def format_rootfs_python(root: str, hook: str) -> str:
+    """The shell words that run ``root``'s /usr/bin/python3 on this machine with nothing of it but
+    the kernel: through the tree's own dynamic loader and its libraries (its libc, its libprotobuf),
+    the product's source ``hook`` first on its path, the tree's site directories after it."""
+    lib = os.path.join(root, "usr", "lib", "x86_64-linux-gnu")
+    return " ".join(shlex.quote(w) for w in ("env", f"PYTHONPATH={hook}", os.path.join(lib, "ld-linux-x86-64.so.2"),
+                                             "--library-path", lib, os.path.join(root, "usr", "bin", "python3")))
+
+
+def format_run_plugin(python: Optional[str]) -> str:
+    """The wrapper's line that starts our plugin (``python``: format_rootfs_python's words, or None for
+    the venv's own mixed-cpus-hook)."""
+    return RUN_AS_IS if python is None else f'shift; exec {python} -m mixed_cpus_hook "$@"'
+
+
+ROOTFS_WRAP = """#!/bin/sh
+key=$1; shift
+case "$1" in
+  *mixed-cpus-hook) {run_plugin} ;;
 esac
 exec "$@"
 """
@@ -138,7 +178,7 @@ exec "$@"
 SCRIPT_WRAP = """#!/bin/sh
 key=$1; shift
 case "$1" in
-  *mixed-cpus-hook) exec "$(dirname "$1")/python" {script} "$@" ;;
+  *mixed-cpus-hook) exec {python} {script} "$@" ;;
 esac
 exec "$@"
 """
@@ -149,19 +189,20 @@ SECTIONS_WRAP = """#!/bin/sh
 key=$1; shift
 case "$1" in
   *mixed-cpus-hook) MCH_SECTIONS_OUT={out}/sections-$key.json MCH_SECTIONS_GO_WORK={go_work} \\
-      exec "$(dirname "$1")/python" {script} "$@" ;;
+      exec {python} {script} "$@" ;;
 esac
 exec "$@"
 """
 
 
-def run_sections(tool: str, env: Dict[str, str], go_work: bool) -> Optional[Tuple[Dict[str, float], Dict[str, List[int]]]]:
+def run_sections(tool: str, env: Dict[str, str], go_work: bool, python: str = VENV_PYTHON
+                 ) -> Optional[Tuple[Dict[str, float], Dict[str, List[int]]]]:
     """One run of the tool with the plugin cut into timed sections (nri_sections.py): the run's
     ratios and the sections of the plugin behind the relay (the one whose answers are timed)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-sections-") as tmp:
         wrap = os.path.join(tmp, "wrap.sh")
         with open(wrap, "w", encoding="utf-8") as f:
-            f.write(SECTIONS_WRAP.format(out=shlex.quote(tmp), go_work=int(go_work),
+            f.write(SECTIONS_WRAP.format(out=shlex.quote(tmp), go_work=int(go_work), python=python,
                                          script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))))
         os.chmod(wrap, 0o755)
         run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
@@ -253,6 +294,20 @@ def use_interpreter(python: Optional[str], env: Dict[str, str], shim_dir: str) -
     return f"{wanted[0]} (Python {wanted[1]})"
 
 
+def read_rootfs_interpreter(python: str) -> Optional[str]:
+    """What format_rootfs_python's words run (Python and protobuf versions, protobuf's implementation),
+    asked of it; None (printed why) when it does not run or has no protobuf."""
+    probe = ("import platform, sys, google.protobuf as pb; from google.protobuf.internal import api_implementation as a; "
+             "print(sys.executable, platform.python_version(), pb.__version__, a.Type())")
+    done = subprocess.run(["sh", "-c", f"exec {python} -I -c {shlex.quote(probe)}"], capture_output=True, text=True,
+                          check=False, cwd="/")
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) != 4:
+        print(f"nri_reference: {python}: does not run with protobuf: {done.stderr.strip()[-500:]}")
+        return None
+    return f"{words[0]} (Python {words[1]}, its distribution's protobuf {words[2]}, {words[3]})"
+
+
 def forget_broken_venv(venv: str) -> bool:
     """Remove the tool's venv-mch when its interpreter no longer resolves: one made with ``--python``
     links to the ``python3`` shim, which goes with its temporary directory, and the tool's setup
@@ -318,6 +373,9 @@ def main() -> int:
                          "(nri_duties.py): the floor of a plugin that keeps the product's guarantees")
     ap.add_argument("--python", metavar="PATH",
                     help="the interpreter the plugin runs on (default: the python3 on PATH, as the tool's setup picks it)")
+    ap.add_argument("--rootfs", metavar="DIR",
+                    help="run the plugin on DIR's /usr/bin/python3 and its distribution packages, through DIR's own "
+                         "loader and libraries (scripts/fetch-bullseye.sh deps: RHEL 9's stand-in)")
     ap.add_argument("--sections", action="store_true",
                     help="two more runs with the plugin cut into timed sections (nri_sections.py), the product's "
                          "and the Go plugin's work in Python: where an answer's time goes in the tool")
@@ -328,6 +386,9 @@ def main() -> int:
     if os.geteuid() != 0:
         print("nri_reference: the reference tool runs containerd: needs root")
         return 2
+    if args.python and args.rootfs:
+        print("nri_reference: --python or --rootfs, not both")
+        return 2
     env = dict(os.environ, PROJECT=REPO)
     if args.tmpfs:
         env["TMPDIR"] = "/dev/shm"
@@ -335,7 +396,17 @@ def main() -> int:
     before = list_cacerts(tmpdir)
     try:
         with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir:
-            interpreter = use_interpreter(args.python, env, shim_dir)
+            args.plugin_python = None
+            if args.rootfs:
+                args.plugin_python = format_rootfs_python(os.path.abspath(args.rootfs), os.path.join(HOME, "src", "hook"))
+                interpreter = read_rootfs_interpreter(args.plugin_python)
+                wrap = os.path.join(shim_dir, "rootfs-wrap.sh")
+                with open(wrap, "w", encoding="utf-8") as f:
+                    f.write(ROOTFS_WRAP.format(run_plugin=format_run_plugin(args.plugin_python)))
+                os.chmod(wrap, 0o755)
+                env["NRI_REFERENCE_WRAP"] = f"{wrap} {{key}}"
+            else:
+                interpreter = use_interpreter(args.python, env, shim_dir)
             if interpreter is None:
                 return 2
             print(f"the plugin's interpreter: {interpreter}")
@@ -375,23 +446,24 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> int:
             med = statistics.median(r[key] for r in per_run)
             print(f"  {label:36} {med:5.2f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
     extra = []
+    python = args.plugin_python or VENV_PYTHON
     if args.floor:
         extra.append(("the floor: one run in which no container asks (the plugin decides nothing; the Go plugin "
-                      "still works)", FLOOR_WRAP))
+                      "still works)", FLOOR_WRAP.format(run_plugin=format_run_plugin(args.plugin_python))))
     if args.no_record_io:
         script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_memory_records.py"))
         extra.append(("no record I/O: one run with the plugin's records in memory only (built and formatted, "
-                      "never written: not crash-exact, not a product mode)", SCRIPT_WRAP.format(script=script)))
+                      "never written: not crash-exact, not a product mode)", SCRIPT_WRAP.format(script=script, python=python)))
     if args.go_work:
         script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_go_work.py"))
         extra.append(("the Go plugin's work in Python: one run in which the plugin's handlers do only what the Go "
                       "plugin does (no record, lock, checkpoint, checks or log; not a product mode)",
-                      SCRIPT_WRAP.format(script=script)))
+                      SCRIPT_WRAP.format(script=script, python=python)))
     if args.duties:
         script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_duties.py"))
         extra.append(("the product's duties in straight-line Python: one run in which the plugin's handlers do every "
                       "duty the product keeps on the request path with its system calls and no engine (not a "
-                      "product mode)", SCRIPT_WRAP.format(script=script)))
+                      "product mode)", SCRIPT_WRAP.format(script=script, python=python)))
     for title, wrapper in extra:
         ratios = run_wrapped(args.tool, env, wrapper)
         if ratios is None:
@@ -400,7 +472,7 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> int:
         for key in ("create", "update", "stop", "cpu", "cri_create"):
             print(f"  {LABELS[key]:36} {ratios[key]:5.2f}")
     if args.sections:
-        done = [run_sections(args.tool, env, go_work) for go_work in (False, True)]
+        done = [run_sections(args.tool, env, go_work, python) for go_work in (False, True)]
         if done[0] is None or done[1] is None:
             return 2
         (ratios, product), (go_ratios, go_work_sections) = done[0], done[1]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,3 +162,31 @@ exit $rc
     assert sorted(p.name for p in lower.iterdir()) == before
     assert not (lower / "usr/lib/python3/dist-packages/mixed_cpus_hook").exists()
     assert not mounts_under(merged) and not mounts_under(lower)
+
+
+def test_the_nri_benchmark_runs_the_plugin_on_bullseyes_own_userland() -> None:
+    """benchmarks/nri_reference.py --rootfs: bullseye's python3 through its own loader and libraries
+    (no chroot: the plugin must see this machine's containerd and cgroups) with the checkout's source,
+    its distribution's protobuf (C++), and the plugin importing it without pkg_resources."""
+    need_root_tools()
+    fetched = subprocess.run(["sh", str(REPO / "scripts/fetch-bullseye.sh"), "deps"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True, timeout=900, check=False)
+    if fetched.returncode != 0:
+        pytest.fail(f"scripts/fetch-bullseye.sh deps failed: {fetched.stderr.strip()[-2000:]}")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import nri_reference as ref
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    root = fetched.stdout.strip()
+    python = ref.format_rootfs_python(root, str(REPO / "hook"))
+    assert ref.read_rootfs_interpreter(python) == \
+        f"{root}/usr/bin/python3 (Python 3.9.2, its distribution's protobuf 3.12.4, cpp)"
+    probe = "import sys, mixed_cpus_hook.frontends.nri.plugin as p; print(p.__file__, 'pkg_resources' in sys.modules)"
+    done = subprocess.run(["sh", "-c", f"exec {python} -c {shlex.quote(probe)}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(REPO / "hook/mixed_cpus_hook/frontends/nri/plugin.py"), "False"]
+    helped = subprocess.run(["sh", "-c", f"exec {python} -m mixed_cpus_hook nri --help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True, timeout=120, check=False, cwd="/")
+    assert helped.returncode == 0 and "--socket" in helped.stdout, helped.stderr

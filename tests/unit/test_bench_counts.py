@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -204,3 +206,58 @@ def test_an_interpreter_that_does_not_run_is_said(tmp_path: Path, capsys: pytest
     shim.mkdir()
     assert ref.use_interpreter("/bin/false", {"PATH": "/usr/bin:/bin"}, str(shim)) is None
     assert capsys.readouterr().out == "nri_reference: /bin/false does not run\n"
+
+
+# benchmarks/nri_reference.py's wrappers (the tool's NRI_REFERENCE_WRAP, called `WRAP KEY ARGV...`):
+# each starts our plugin as asked and leaves every other command of the tool as it is.
+ECHO = '#!/bin/sh\necho "$(basename "$0")" "$@"\n'
+
+
+@pytest.mark.parametrize("wrap, rootfs, plugin_line, config_added", [
+    pytest.param("ROOTFS_WRAP", True, "python3 -m mixed_cpus_hook --config {cfg} nri --socket s", "",
+                 id="rootfs-plugin-on-the-trees-python"),
+    pytest.param("FLOOR_WRAP", False, "mixed-cpus-hook --config {cfg} nri --socket s",
+                 "annotation_prefix: floor.invalid\n", id="floor-as-the-tool-starts-it"),
+    pytest.param("FLOOR_WRAP", True, "python3 -m mixed_cpus_hook --config {cfg} nri --socket s",
+                 "annotation_prefix: floor.invalid\n", id="floor-on-the-trees-python"),
+    pytest.param("SCRIPT_WRAP", False, "python {script} {venv}/mixed-cpus-hook --config {cfg} nri --socket s", "",
+                 id="device-on-the-venvs-python"),
+    pytest.param("SCRIPT_WRAP", True, "python3 {script} {venv}/mixed-cpus-hook --config {cfg} nri --socket s", "",
+                 id="device-on-the-trees-python"),
+])
+def test_the_wrappers_start_the_plugin_as_asked(tmp_path: Path, wrap: str, rootfs: bool, plugin_line: str,
+                                                config_added: str) -> None:
+    import nri_reference as ref
+
+    venv, tree = tmp_path / "venv" / "bin", tmp_path / "tree"
+    venv.mkdir(parents=True)
+    tree.mkdir()
+    for exe in (venv / "mixed-cpus-hook", venv / "python", tree / "python3", tmp_path / "other-tool"):
+        exe.write_text(ECHO)
+        exe.chmod(0o755)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("shared_cpus: '0'\n")
+    python = str(tree / "python3") if rootfs else None
+    text = getattr(ref, wrap).format(run_plugin=ref.format_run_plugin(python), script="dev.py",
+                                     python=python or ref.VENV_PYTHON)
+    script = tmp_path / "wrap.sh"
+    script.write_text(text)
+    script.chmod(0o755)
+
+    def run(*argv: str) -> str:
+        return subprocess.run([str(script), "cp", *argv], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert run(str(venv / "mixed-cpus-hook"), "--config", str(cfg), "nri", "--socket", "s") == \
+        plugin_line.format(cfg=cfg, script="dev.py", venv=venv)
+    assert cfg.read_text() == "shared_cpus: '0'\n" + config_added
+    assert run(str(tmp_path / "other-tool"), "--flag") == "other-tool --flag"
+
+
+def test_the_rootfs_python_runs_through_the_trees_own_loader() -> None:
+    import nri_reference as ref
+
+    words = shlex.split(ref.format_rootfs_python("/srv/tree", "/h/src/hook"))
+    lib = "/srv/tree/usr/lib/x86_64-linux-gnu"
+    assert words == ["env", "PYTHONPATH=/h/src/hook", f"{lib}/ld-linux-x86-64.so.2", "--library-path", lib,
+                     "/srv/tree/usr/bin/python3"]
+    assert shlex.split(ref.format_rootfs_python("/srv/a tree", "/h"))[-1] == "/srv/a tree/usr/bin/python3"
