@@ -155,7 +155,7 @@ exit $rc
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
     check_driver_output(result, "3.9.2", bundle="absent")
-    # protobuf 3.12's packages ask for pkg_resources; the plugin imports them without it (9.8 MB).
+    # protobuf 3.12's packages ask for pkg_resources; the plugin imports them without it (4.2 MiB).
     assert result["steps"]["nri_import"]["stdout"].strip() == "3.12.4 False"
     assert "mixed_cpus_hook" in {p.name for p in (upper / "usr/lib/python3/dist-packages").iterdir()}
     # The cached rootfs is the overlay's lower layer: untouched, and nothing is left mounted.

@@ -29,7 +29,6 @@ except ImportError:
   __path__ = __import__('pkgutil').extend_path(__path__, __name__)
 """
 PKG_RESOURCES = """import sys
-IMPORTED_BY = [f.f_globals.get("__name__") for f in [sys._getframe(1)]]
 def declare_namespace(name):
     sys.modules[name].declared = True
 """
