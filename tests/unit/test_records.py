@@ -93,6 +93,26 @@ def test_remembered_record_paths_are_only_of_names_that_passed_and_bounded(tmp_p
     assert len(records._PATHS) <= records.MAX_PATHS and len(records._SPLITS) <= records.MAX_PATHS
 
 
+@pytest.mark.parametrize("kind", ["containers", "pods"])
+def test_a_deleted_records_path_is_forgotten_with_it(tmp_path: Path, kind: str) -> None:
+    """A resident plugin sees containers come and go without end: what it kept of a record's path
+    goes with the record, so its memory stays flat (it held about 560 bytes a container until the
+    bound cleared everything)."""
+    from mixed_cpus_hook.store import records
+
+    state_dir = str(tmp_path / "state")
+    before = (len(records._PATHS), len(records._SPLITS))
+    for i in range(50):
+        name = f"gone{i}"
+        records.save_document(state_dir, kind, name, {"schema": 2})
+        assert records.read_document(state_dir, kind, name) == {"schema": 2}
+        assert records.delete_record(state_dir, kind, name) is True
+        assert records.read_document(state_dir, kind, name) is None  # named again: a miss, as it should
+        assert records.delete_record(state_dir, kind, name) is False
+    assert (len(records._PATHS), len(records._SPLITS)) == before
+    assert os.listdir(os.path.join(state_dir, kind)) == []
+
+
 ACCEPTED_NAMES = [
     pytest.param("containers", "0123abcdef", id="hex-id"),
     pytest.param("containers", "my_ctr-1.2+x", id="runc-id-chars"),

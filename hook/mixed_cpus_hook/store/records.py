@@ -78,7 +78,9 @@ QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 # Paths record_path gave, and their (folder, file name): a resident process names the same few
 # records on every event of their containers (os.path.split is a dozen Python calls). Only names
-# that passed are kept; bounded.
+# that passed are kept; a record's entry goes with the record (delete_record: a node creates
+# containers without end, and each kept entry held about 560 bytes until MAX_PATHS cleared them
+# all); bounded.
 _PATHS: Dict[Tuple[str, str, str], str] = {}
 _SPLITS: Dict[str, Tuple[str, str]] = {}
 MAX_PATHS = 4096
@@ -677,6 +679,8 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     path = record_path(state_dir, kind, name)
     _PARSED.pop(path, None)
     folder, base = _split(path)
+    _PATHS.pop((state_dir, kind, name), None)
+    _SPLITS.pop(path, None)
     try:
         _in_dir(folder, os.unlink, base)
         return True
