@@ -76,13 +76,12 @@ POD_FIELDS = frozenset(("schema", "key", "cgroup", "quota", "members"))
 QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 
-# Paths record_path gave, and their (folder, file name): a resident process names the same few
-# records on every event of their containers (os.path.split is a dozen Python calls). Only names
-# that passed are kept; a record's entry goes with the record (delete_record: a node creates
-# containers without end, and each kept entry held about 560 bytes until MAX_PATHS cleared them
-# all); bounded.
+# Paths record_path gave: a resident process names the same few records on every event of their
+# containers. Only names that passed are kept, and only while their record is there: a lookup that
+# finds no record (an untracked container's events: most of a node's) and a removal forget the
+# name, since a node creates containers without end (each kept name held about 560 bytes, and the
+# plugin's memory grew by 1 MiB per 1000 containers until MAX_PATHS cleared them); bounded.
 _PATHS: Dict[Tuple[str, str, str], str] = {}
-_SPLITS: Dict[str, Tuple[str, str]] = {}
 MAX_PATHS = 4096
 
 
@@ -101,10 +100,8 @@ def record_path(state_dir: str, kind: str, name: str) -> str:
         path = folder + "/" + base
         if len(_PATHS) >= MAX_PATHS:
             _PATHS.clear()
-            _SPLITS.clear()
             _FOLDERS.clear()
         _PATHS[(state_dir, kind, name)] = path
-        _SPLITS[path] = (folder, base)
     return path
 
 
@@ -113,8 +110,10 @@ _FOLDERS: Dict[Tuple[str, str], str] = {}
 
 
 def _split(path: str) -> Tuple[str, str]:
-    """os.path.split of a record's path (remembered for those record_path gave)."""
-    return _SPLITS.get(path) or os.path.split(path)
+    """(folder, file name) of a path record_path gave (its folder, "/", a plain name: os.path.split
+    of it, which is a dozen Python calls)."""
+    folder, _, base = path.rpartition("/")
+    return folder, base
 
 
 def _refuse_name(folder: str, kind: str, name: str) -> None:
@@ -566,7 +565,10 @@ def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     """A container's record, checked (RecordError names the file and the problem), or None."""
     path = record_path(state_dir, "containers", cid)
     data, known = _read_remembered(state_dir, "containers", path)
-    if data is None or known is not None:
+    if data is None:
+        _PATHS.pop((state_dir, "containers", cid), None)
+        return None
+    if known is not None:
         return known
     return _remember(path, data, parse_container_record(parse_document(data, path), cid, path))
 
@@ -579,7 +581,10 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
     """
     path = record_path(state_dir, "pods", key)
     data, known = _read_remembered(state_dir, "pods", path)
-    if data is None or known is not None:
+    if data is None:
+        _PATHS.pop((state_dir, "pods", key), None)
+        return None
+    if known is not None:
         return known
     migrated = []
 
@@ -680,7 +685,6 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     _PARSED.pop(path, None)
     folder, base = _split(path)
     _PATHS.pop((state_dir, kind, name), None)
-    _SPLITS.pop(path, None)
     try:
         _in_dir(folder, os.unlink, base)
         return True
@@ -696,6 +700,7 @@ def container_exists(state_dir: str, cid: str) -> bool:
     try:
         _in_dir(folder, os.stat, name, follow_symlinks=False)
     except OSError:
+        _PATHS.pop((state_dir, "containers", cid), None)
         return False
     return True
 
