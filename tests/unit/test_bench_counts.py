@@ -261,3 +261,18 @@ def test_the_rootfs_python_runs_through_the_trees_own_loader() -> None:
     assert words == ["env", "PYTHONPATH=/h/src/hook", f"{lib}/ld-linux-x86-64.so.2", "--library-path", lib,
                      "/srv/tree/usr/bin/python3"]
     assert shlex.split(ref.format_rootfs_python("/srv/a tree", "/h"))[-1] == "/srv/a tree/usr/bin/python3"
+
+
+@pytest.mark.parametrize("start, end, cycles, text", [
+    pytest.param(22136, 22872, 3000, "plugin RSS 22136 -> 22872 KiB over 3000 containers (+245 KiB per 1000)",
+                 id="grew"),
+    pytest.param(23000, 22900, 200, "plugin RSS 23000 -> 22900 KiB over 200 containers (-500 KiB per 1000)",
+                 id="shrank"),
+])
+def test_the_plugins_memory_growth_is_per_1000_containers(start: int, end: int, cycles: int, text: str) -> None:
+    import nri_reference as ref
+
+    result = {"configs": {"c": {"sample_start": {"plugin": {"rss_kib": start}},
+                                "sample_end": {"plugin": {"rss_kib": end}},
+                                "times_ms": {"create": [1.0] * cycles}}}}
+    assert ref.format_rss_growth(result) == text
