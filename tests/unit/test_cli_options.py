@@ -53,3 +53,39 @@ def test_help_says(run_cli: Callable, argv: List[str], needles: List[str]) -> No
     text = " ".join(res.out.split())
     missing = [n for n in needles if " ".join(n.split()) not in text]
     assert not missing, res.out
+
+
+# `nri` on a python3 that cannot import protobuf (a node with the hook-mode RPM only): one line
+# naming what to install, exit 1, no traceback. A fresh interpreter with a finder that refuses it.
+NO_PROTOBUF = """
+import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name == {blocked!r} or name.startswith({blocked!r} + "."):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Refuse())
+sys.path.insert(0, {source!r})
+from mixed_cpus_hook.frontends.entry import entry
+sys.argv = ["mixed-cpus-hook", "--config", {config!r}, "nri", "--socket", {socket!r}]
+entry()
+"""
+
+
+@pytest.mark.parametrize("blocked", [
+    pytest.param("google", id="no-google-namespace-at-all"),
+    pytest.param("google.protobuf", id="no-protobuf"),
+])
+def test_nri_without_protobuf_says_what_to_install(node: Any, tmp_path: Any, blocked: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "hook")
+    code = NO_PROTOBUF.format(blocked=blocked, source=source, config=node.config_path,
+                              socket=str(tmp_path / "nri.sock"))
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("mixed-cpus-hook: error: missing dependency: nri: NRI mode needs protobuf, which this "
+                           f"python3 cannot import (No module named '{blocked}'): install python3-protobuf"), line
+    assert not os.path.exists(tmp_path / "nri.sock")

@@ -115,3 +115,9 @@ class SystemdError(HookError):
     """systemctl failed (not installed, systemd not running, a unit refused): the message says which call."""
 
     kind = "systemd"
+
+
+class DependencyError(HookError):
+    """A library the command needs cannot be imported (protobuf for NRI mode)."""
+
+    kind = "missing dependency"

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import click
 
 from ... import __version__
-from ...core.errors import EXIT_OK, HookError
+from ...core.errors import EXIT_OK, DependencyError, HookError
 from ...node.config import Config, load_config
 from ...node.log import Reporter
 from ..hook.fastpath import FastArgs, run_hook
@@ -596,7 +596,14 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
     Synchronize (containers created before it connected). Reconnects with backoff when the
     runtime goes away. Stops on SIGTERM or SIGINT.
     """
-    from ..nri.plugin import main as run_plugin
+    try:
+        from ..nri.plugin import main as run_plugin
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "google":
+            raise
+        _fail(obj, DependencyError(f"NRI mode needs protobuf, which this python3 cannot import ({exc}): install "
+                             "python3-protobuf (the mixed-cpus-hook-nri-mode RPM requires it) or protobuf from PyPI",
+                             "nri"))
 
     reporter = choose_plugin_reporter(obj.reporter, os.environ)
     try:
