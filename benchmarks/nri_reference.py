@@ -216,12 +216,10 @@ def run_sections(tool: str, env: Dict[str, str], go_work: bool, python: str = VE
     """One run of the tool with the plugin cut into timed sections (nri_sections.py): the run's
     ratios and the sections of the plugin behind the relay (the one whose answers are timed)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-sections-") as tmp:
-        wrap = os.path.join(tmp, "wrap.sh")
-        with open(wrap, "w", encoding="utf-8") as f:
-            f.write(SECTIONS_WRAP.format(out=shlex.quote(tmp), go_work=int(go_work), python=python,
-                                         script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))))
-        os.chmod(wrap, 0o755)
-        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
+        wrap = format_wrap_env(tmp, SECTIONS_WRAP.format(
+            out=shlex.quote(tmp), go_work=int(go_work), python=python,
+            script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))))
+        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=wrap))
         try:
             with open(os.path.join(tmp, "sections-cp.json"), encoding="utf-8") as f:
                 sections = json.load(f)
@@ -357,14 +355,19 @@ def remove_leaked_cacerts(tmpdir: str, before: List[str]) -> List[str]:
     return left
 
 
+def format_wrap_env(folder: str, wrapper: str) -> str:
+    """NRI_REFERENCE_WRAP's value for ``wrapper`` (a shell script's text), written to ``folder``/wrap.sh."""
+    wrap = os.path.join(folder, "wrap.sh")
+    with open(wrap, "w", encoding="utf-8") as f:
+        f.write(wrapper)
+    os.chmod(wrap, 0o755)
+    return f"{wrap} {{key}}"
+
+
 def run_wrapped(tool: str, env: Dict[str, str], wrapper: str) -> Optional[Dict[str, float]]:
     """One run of the tool with NRI_REFERENCE_WRAP set to ``wrapper`` (a shell script's text)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-wrap-") as tmp:
-        wrap = os.path.join(tmp, "wrap.sh")
-        with open(wrap, "w", encoding="utf-8") as f:
-            f.write(wrapper)
-        os.chmod(wrap, 0o755)
-        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=f"{wrap} {{key}}"))
+        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=format_wrap_env(tmp, wrapper)))
     if run is None:
         return None
     try:
@@ -417,21 +420,18 @@ def main() -> int:
     before = list_cacerts(tmpdir)
     try:
         with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir:
-            args.plugin_python = None
+            plugin_python = None
             if args.rootfs:
-                args.plugin_python = format_rootfs_python(os.path.abspath(args.rootfs), os.path.join(HOME, "src", "hook"))
-                interpreter = read_rootfs_interpreter(args.plugin_python)
-                wrap = os.path.join(shim_dir, "rootfs-wrap.sh")
-                with open(wrap, "w", encoding="utf-8") as f:
-                    f.write(ROOTFS_WRAP.format(run_plugin=format_run_plugin(args.plugin_python)))
-                os.chmod(wrap, 0o755)
-                env["NRI_REFERENCE_WRAP"] = f"{wrap} {{key}}"
+                plugin_python = format_rootfs_python(os.path.abspath(args.rootfs), os.path.join(HOME, "src", "hook"))
+                interpreter = read_rootfs_interpreter(plugin_python)
+                env["NRI_REFERENCE_WRAP"] = format_wrap_env(
+                    shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)))
             else:
                 interpreter = use_interpreter(args.python, env, shim_dir)
             if interpreter is None:
                 return 2
             print(f"the plugin's interpreter: {interpreter}")
-            return measure(args, env)
+            return measure(args, env, plugin_python)
     finally:
         if forget_broken_venv(os.path.join(HOME, "venv-mch")):
             print("nri_reference: the tool's venv-mch ran through this run's python3 shim: removed (the tool's "
@@ -442,8 +442,9 @@ def main() -> int:
                   "(Python 3.9's ensurepip)")
 
 
-def measure(args: argparse.Namespace, env: Dict[str, str]) -> int:
-    """The runs ``args`` asks for, printed."""
+def measure(args: argparse.Namespace, env: Dict[str, str], plugin_python: Optional[str] = None) -> int:
+    """The runs ``args`` asks for, printed; ``plugin_python``: format_rootfs_python's words (--rootfs),
+    which the devices' runs start their plugin with too."""
     per_run: List[Dict[str, float]] = []
     table = ""
     for n in range(1, args.runs + 1):
@@ -472,10 +473,10 @@ def measure(args: argparse.Namespace, env: Dict[str, str]) -> int:
             med = statistics.median(r[key] for r in per_run)
             print(f"  {label:36} {med:5.2f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
     extra = []
-    python = args.plugin_python or VENV_PYTHON
+    python = plugin_python or VENV_PYTHON
     if args.floor:
         extra.append(("the floor: one run in which no container asks (the plugin decides nothing; the Go plugin "
-                      "still works)", FLOOR_WRAP.format(run_plugin=format_run_plugin(args.plugin_python))))
+                      "still works)", FLOOR_WRAP.format(run_plugin=format_run_plugin(plugin_python))))
     if args.no_record_io:
         script = shlex.quote(os.path.join(REPO, "benchmarks", "nri_memory_records.py"))
         extra.append(("no record I/O: one run with the plugin's records in memory only (built and formatted, "

@@ -602,8 +602,8 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
         if (exc.name or "").partition(".")[0] != "google":
             raise
         _fail(obj, DependencyError(f"NRI mode needs protobuf, which this python3 cannot import ({exc}): install "
-                             "python3-protobuf (the mixed-cpus-hook-nri-mode RPM requires it) or protobuf from PyPI",
-                             "nri"))
+                                   "python3-protobuf (the mixed-cpus-hook-nri-mode RPM requires it) or protobuf "
+                                   "from PyPI", "nri"))
 
     reporter = choose_plugin_reporter(obj.reporter, os.environ)
     try:

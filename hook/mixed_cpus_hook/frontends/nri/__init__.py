@@ -23,10 +23,10 @@ def import_protobuf() -> None:
     ``pkgutil.extend_path`` when it cannot. Importing pkg_resources (setuptools: it scans every
     installed distribution) cost the plugin 50 ms at start and 4.2 MiB of resident memory for as
     long as it runs: 27.9 against 23.7 MiB in the NRI benchmark on Debian bullseye's Python 3.9
-    (docs/DEVNOTES.md, 2026-12-06). While pkg_resources is not imported yet,
-    its import is refused for that moment (a None entry in sys.modules raises ImportError), so
-    protobuf takes its own fallback, which gives an installed protobuf the same package path;
-    anything imported later gets pkg_resources as usual. protobuf 4 and later (4.21 on Debian 12,
+    (docs/DEVNOTES.md, 2026-12-06). While pkg_resources is not imported yet, its import is refused
+    for that moment (a None entry in sys.modules raises ImportError), so protobuf takes its own
+    fallback, which gives an installed protobuf the same package path; anything imported later gets
+    pkg_resources as usual. protobuf 4 and later (4.21 on Debian 12,
     the newest from PyPI) never import it: nothing changes there.
     """
     if "google.protobuf" in sys.modules or "pkg_resources" in sys.modules:

@@ -157,8 +157,8 @@ def cut_repeated(data: bytes, keep: Dict[int, int]) -> Tuple[bytes, Dict[int, in
 
     Only the top-level tags and lengths are read, so what is dropped is never decoded: a runtime
     that lists a million containers costs a walk over their lengths, not a million messages
-    (pure-Python protobuf, as PyPI's 3.14 for Python 3.9 is, decodes some 60,000 small messages a second). DecodeError
-    for bytes that are not a message.
+    (pure-Python protobuf, as PyPI's 3.14 for Python 3.9 is, decodes some 60,000 small messages a
+    second). DecodeError for bytes that are not a message.
     """
     kept: List[bytes] = []
     dropped: Dict[int, int] = {}
