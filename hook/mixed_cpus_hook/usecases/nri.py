@@ -50,7 +50,7 @@ from .common import (
 from .metrics import update_metrics
 from .reconcile import reconcile
 from .telemetry import Telemetry
-from .release import release_locked
+from .release import forget_pod, release_locked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -327,36 +327,56 @@ class NriEngine:
                 return Answer(Outcome("skipped"), None, self._others(node, facts.id))
         node = self.facts()
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
-        if not os.path.isdir(pod.cpu):
-            raise CgroupError("pod cgroup not found", pod.cpu)
-        if node.online and not facts.cpus <= node.online:
-            require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
-        identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
-        given = facts.quota or Quota(None, facts.period)
-        if not given.period:
-            given = Quota(given.quota, DEFAULT_PERIOD)
-        with self.lock:
-            prev = load_container(self.state_dir, facts.id)
-            if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
-                                     or prev.cgroup.cpu != dirs.cpu):
-                # A release that did not finish, or the same id again in another pod (or cgroup):
-                # the old pod gets its share back first.
-                why = "release finished" if prev.phase == "releasing" else f"created again in pod {pod_key_of(pod)}"
-                release_locked(self.state_dir, node.layout, facts.id, self.reporter, why=why)
-                prev = None
-            assigned = read_assigned(node, identity, facts.id)
-            now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
-            desired, placed = self._place(node, facts.id, identity, dirs, pod, now, prev, "create")
-            if placed is None:
-                lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
-                self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
-                return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
-            self._note(facts.id, desired)
-            rec = placed.record
-            # The one line of a creation (the pod quota's write has its own), made after the answer.
-            self.reporter.emit_made("info", format_admitted, (rec, desired.source), to_stream=False)
-            self.telemetry.admitted(pod_quota_raised=bool(placed.lines))
-            return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
+        answered = False  # with an adjustment: else what was remembered for it is forgotten (finally)
+        try:
+            if not os.path.isdir(pod.cpu):
+                raise CgroupError("pod cgroup not found", pod.cpu)
+            if node.online and not facts.cpus <= node.online:
+                require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
+            identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)
+            given = facts.quota or Quota(None, facts.period)
+            if not given.period:
+                given = Quota(given.quota, DEFAULT_PERIOD)
+            with self.lock:
+                prev = load_container(self.state_dir, facts.id)
+                if prev is not None and (prev.phase == "releasing" or prev.pod_key != pod_key_of(pod)
+                                         or prev.cgroup.cpu != dirs.cpu):
+                    # A release that did not finish, or the same id again in another pod (or cgroup):
+                    # the old pod gets its share back first.
+                    why = "release finished" if prev.phase == "releasing" else f"created again in pod {pod_key_of(pod)}"
+                    release_locked(self.state_dir, node.layout, facts.id, self.reporter, why=why)
+                    prev = None
+                assigned = read_assigned(node, identity, facts.id)
+                now = Kubelet(facts.cpus, given, facts.cpus if prev is None else None, assigned)
+                desired, placed = self._place(node, facts.id, identity, dirs, pod, now, prev, "create")
+                if placed is None:
+                    lead = "has no exclusive CPUs: " if desired.kind == "not-applicable" else ""
+                    self.reporter.warning(f"container {facts.id}: {lead}{desired.note}")
+                    return Answer(Outcome(desired.kind, (desired.note,)), None, self._others(node, facts.id))
+                self._note(facts.id, desired)
+                rec = placed.record
+                # The one line of a creation (the pod quota's write has its own), made after the answer.
+                self.reporter.emit_made("info", format_admitted, (rec, desired.source), to_stream=False)
+                self.telemetry.admitted(pod_quota_raised=bool(placed.lines))
+                answered = True
+                return Answer(Outcome("applied", placed.lines), compute_adjustment(rec), self._others(node, facts.id))
+        finally:
+            if not answered:
+                self._forget_unplaced(dirs, pod)
+
+    def _forget_unplaced(self, dirs: Dirs, pod: Dirs) -> None:
+        """After a creation that placed nothing (not applicable, refused, failed): compute_nri_dirs
+        remembered its cgroups' paths, and no record will ask for them; its pod's paths and quota
+        descriptors (a decision that failed may have read the quota) go too when the pod has no
+        record. A pod with one keeps them for its members."""
+        cg.forget_resolved(dirs.cpuset, dirs.cpu)
+        key = pod_key_of(pod)
+        try:
+            if key and load_pod(self.state_dir, key) is not None:
+                return
+        except HookError:  # an unreadable pod record: left to the reconcile, which names it
+            return
+        forget_pod(pod)
 
     def update(self, cid: str, cpus: FrozenSet[int], quota: Optional[Quota]) -> Answer:
         """UpdateContainer: rewrite kubelet's update so the cgroup never holds the exclusive-only set.

@@ -79,7 +79,7 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
         else:
             delete_record(state_dir, "pods", pod_rec.key)
             if pod is not None:
-                _forget_pod(pod)
+                forget_pod(pod)
         return []
     write, target = compute_release(layout, pod, current, pod_rec.quota, [m.share_mcpu for m in members])
     if members:
@@ -96,11 +96,11 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
         save_pod(state_dir, pod_rec._replace(members=members, quota=compute_settled(target)))
     else:
         delete_record(state_dir, "pods", pod_rec.key)
-        _forget_pod(pod)
+        forget_pod(pod)
     return describe((write,)) if write is not None else []
 
 
-def _forget_pod(pod: Dirs) -> None:
+def forget_pod(pod: Dirs) -> None:
     """A pod without a record: its quota's descriptors closed, its paths no longer remembered."""
     cg.forget_kept(pod.cpu)
     cg.forget_resolved(pod.cpuset, pod.cpu)

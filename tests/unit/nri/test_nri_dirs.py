@@ -137,7 +137,7 @@ def test_the_spelled_dirs_are_remembered_for_the_records_checks(tmp_path: Any, m
     monkeypatch.undo()
     assert all(path not in cgroupfs._LEXICAL for path in dirs)
     assert all(cgroupfs._LEXICAL.get(path) is layout.lexical for path in pod)
-    from mixed_cpus_hook.usecases.release import _forget_pod
+    from mixed_cpus_hook.usecases.release import forget_pod
 
-    _forget_pod(pod)  # the pod's record went with its last member
+    forget_pod(pod)  # the pod's record went with its last member
     assert all(path not in cgroupfs._LEXICAL for path in pod)
