@@ -49,8 +49,7 @@ import nri_request_cost as b  # puts the checkout's hook/ first on sys.path
 if os.environ.get("MCH_FOOTPRINT_DEVICE"):
     __import__(os.environ["MCH_FOOTPRINT_DEVICE"]).install()
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
-from mixed_cpus_hook.frontends.nri.plugin import settle_memory
-from mixed_cpus_hook.frontends.nri.wire import api
+from mixed_cpus_hook.frontends.nri.plugin import METHODS, settle_memory  # requests decoded as the plugin does
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
 flush = bytearray(int(os.environ["MCH_FOOTPRINT_FLUSH"]))
@@ -73,7 +72,7 @@ try:
         for method, call in calls:
             if method == "CreateContainer":
                 flush[:] = source
-            req = api.READ[method + "Request"].FromString(wire[method])
+            req = METHODS[method][0].FromString(wire[method])
             if nocall:
                 continue
             reporter.hold()  # as the plugin does: the journal lines after the answer

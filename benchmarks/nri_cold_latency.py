@@ -53,8 +53,7 @@ import nri_request_cost as b  # puts its checkout's hook/ first on sys.path
 if os.environ.get("MCH_COLD_DEVICE"):
     __import__(os.environ["MCH_COLD_DEVICE"]).install()
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
-from mixed_cpus_hook.frontends.nri.plugin import settle_memory
-from mixed_cpus_hook.frontends.nri.wire import api
+from mixed_cpus_hook.frontends.nri.plugin import METHODS, settle_memory  # requests decoded as the plugin does
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
 flush = bytearray(int(os.environ["MCH_COLD_FLUSH"]))
@@ -76,7 +75,7 @@ try:
             flush[:] = source
             start = clock()
             reporter.hold()  # as the plugin does: the journal lines after the answer
-            call(api.READ[method + "Request"].FromString(wire[method])).SerializeToString()
+            call(METHODS[method][0].FromString(wire[method])).SerializeToString()
             took = clock() - start
             reporter.release()
             h.after_answer()

@@ -30,7 +30,15 @@ def install() -> Dict[str, Tuple[str, int]]:
     (id -> (pod quota file, share)), the Go plugin's map."""
     from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
     from mixed_cpus_hook.frontends.nri import handlers as h
+    from mixed_cpus_hook.frontends.nri import plugin
     from mixed_cpus_hook.frontends.nri.wire import api
+    from mixed_cpus_hook.frontends.nri.wire.protodesc import build_file, load_classes
+
+    # The Go plugin checks the annotation at UpdateContainer too: decoded with the pod's and the
+    # container's annotations (the product decodes only their names there, api.BY_REF).
+    whole = load_classes(build_file("go_work_read.proto", api.PACKAGE,
+                                    api.compute_read_view(api.MESSAGES, api.READ_FIELDS), api.ENUMS))
+    plugin.METHODS["UpdateContainer"] = (whole["UpdateContainerRequest"], "update_container")
 
     tracked: Dict[str, Tuple[str, int]] = {}
 

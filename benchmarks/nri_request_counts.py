@@ -42,8 +42,7 @@ hook = os.environ["MCH_COUNT_HOOK"]
 sys.path.insert(0, os.path.join(os.path.dirname(hook), "benchmarks"))
 import nri_request_cost as b  # puts its own checkout's hook/ first on sys.path
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
-from mixed_cpus_hook.frontends.nri.plugin import settle_memory
-from mixed_cpus_hook.frontends.nri.wire import api
+from mixed_cpus_hook.frontends.nri.plugin import METHODS, settle_memory  # requests decoded as the plugin does
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
 settle_memory()
@@ -60,7 +59,7 @@ try:
              ("StopContainer", h.stop_container)]
     for _ in range(50 + int(os.environ["MCH_COUNT_CYCLES"])):
         for method, call in calls:
-            call(api.READ[method + "Request"].FromString(wire[method])).SerializeToString()
+            call(METHODS[method][0].FromString(wire[method])).SerializeToString()
 finally:
     shutil.rmtree(state, ignore_errors=True)
     pod.remove()

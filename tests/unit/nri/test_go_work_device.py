@@ -26,9 +26,10 @@ from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
 from nri.peer import pod_and_container
 h = Handlers(load_config(CONFIG), Reporter(stream=io.StringIO(), sink=None))
-READ = api.READ
-def wire(name, msg):  # as the plugin decodes a request: into the READ class
-    return READ[name].FromString(msg.SerializeToString())
+from mixed_cpus_hook.frontends.nri.plugin import METHODS
+DECODE = {cls.DESCRIPTOR.name: cls for cls, _ in METHODS.values()}
+def wire(name, msg):  # as the plugin decodes a request: into its method table's class (a device may set it)
+    return DECODE[name].FromString(msg.SerializeToString())
 def quota():
     with open(POD_QUOTA) as f:
         return int(f.read())

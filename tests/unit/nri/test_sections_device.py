@@ -27,9 +27,10 @@ from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
 from nri.peer import pod_and_container
 h = Handlers(load_config(CONFIG), Reporter(stream=io.StringIO(), sink=None))
-READ = api.READ
-def wire(name, msg):
-    return READ[name].FromString(msg.SerializeToString())
+from mixed_cpus_hook.frontends.nri.plugin import METHODS
+DECODE = {cls.DESCRIPTOR.name: cls for cls, _ in METHODS.values()}
+def wire(name, msg):  # as the plugin decodes a request (a device may set its class)
+    return DECODE[name].FromString(msg.SerializeToString())
 answers = []
 pod, ctr = pod_and_container(APP, quota=200000)
 for _ in range(2):

@@ -372,3 +372,45 @@ def test_newer_runtime_fields_are_skipped() -> None:
 def test_malformed_message_raises_decode_error(data: bytes) -> None:
     with pytest.raises(DecodeError):
         api.CreateContainerRequest.FromString(data)
+
+
+# The events that only name a container, as containerd sends them (the whole pod and container,
+# here from hand bytes): (the request's field numbers of pod and container, the event number or None).
+BY_REF = {
+    "UpdateContainerRequest": (1, 2, None),
+    "StopContainerRequest": (1, 2, None),
+    "RemoveContainerRequest": (1, 2, None),
+    "StateChangeEvent": (2, 3, 7),
+    "StartContainerRequest": (1, 2, None),
+}
+
+
+@pytest.mark.parametrize("name", list(BY_REF))
+def test_events_that_name_a_container_decode_its_names_only(name: str) -> None:
+    """The plugin reads the names of their pod and container (api.BY_REF: every event of every
+    container on the node comes this way): the annotations, environment and cgroups are skipped
+    unread, and what is read is what the whole message says."""
+    pod_field, ctr_field, event = BY_REF[name]
+    whole = api.CreateContainerRequest.FromString(create_request_bytes())
+    data = lfield(pod_field, whole.pod.SerializeToString()) + lfield(ctr_field, whole.container.SerializeToString())
+    data = (vfield(1, event) if event is not None else b"") + data
+    req = api.READ[name].FromString(data)
+    assert (req.pod.id, req.pod.name, req.pod.uid, req.pod.namespace) == ("p1", "du-0", "uid-1", "ran")
+    assert (req.container.id, req.container.pod_sandbox_id, req.container.name, req.container.state) == (
+        "c1", "p1", "app", 1)
+    assert name in api.BY_REF
+    for msg, skipped in ((req.pod, ("annotations", "linux", "labels")), (req.container, ("annotations", "env", "linux"))):
+        assert not {f.name for f in msg.DESCRIPTOR.fields} & set(skipped)
+    if event is not None:
+        assert req.event == event
+
+
+def test_compute_read_view_puts_refs_in_place_of_their_sources() -> None:
+    messages = {"Req": [("pod", 1, "Pod"), ("n", 2, "int64")], "Pod": [("id", 1, "string"), ("tags", 2, "map")]}
+    fields = {"Req": ("pod", "n"), "Pod": ("id", "tags")}
+    assert api.compute_read_view(messages, fields) == {
+        "MapEntry": [("key", 1, "string"), ("value", 2, "string")],
+        "Req": [("pod", 1, "Pod"), ("n", 2, "int64")], "Pod": [("id", 1, "string"), ("tags", 2, "*MapEntry")]}
+    view = api.compute_read_view(messages, fields, {"PodRef": ("Pod", ("id",))}, ("Req",))
+    assert view["Req"] == [("pod", 1, "PodRef"), ("n", 2, "int64")]
+    assert view["PodRef"] == [("id", 1, "string")] and view["Pod"] == [("id", 1, "string"), ("tags", 2, "*MapEntry")]

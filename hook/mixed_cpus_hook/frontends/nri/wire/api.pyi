@@ -1,7 +1,7 @@
 # Generated from api.py's MESSAGES and ENUMS by stubgen.py (`make stubs`): do not edit.
 # tests/unit/nri/test_stubs.py fails when it is stale.
 
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor
@@ -19,7 +19,9 @@ ENUMS: Dict[str, Dict[str, int]]
 MESSAGES: Dict[str, List[Tuple[str, int, str]]]
 FILE: descriptor_pb2.FileDescriptorProto
 READ_FIELDS: Dict[str, Tuple[str, ...]]
-def compute_read_view(messages: Dict[str, List[Tuple[str, int, str]]], read_fields: Dict[str, Tuple[str, ...]]) -> Dict[str, List[Tuple[str, int, str]]]: ...
+REF_MESSAGES: Dict[str, Tuple[str, Tuple[str, ...]]]
+BY_REF: Tuple[str, ...]
+def compute_read_view(messages: Dict[str, List[Tuple[str, int, str]]], read_fields: Dict[str, Tuple[str, ...]], refs: Optional[Dict[str, Tuple[str, Tuple[str, ...]]]] = ..., by_ref: Sequence[str] = ...) -> Dict[str, List[Tuple[str, int, str]]]: ...
 READ: Dict[str, Any]
 def cut_repeated(data: bytes, keep: Dict[int, int]) -> Tuple[bytes, Dict[int, int]]: ...
 def event_mask(*events: str) -> int: ...
