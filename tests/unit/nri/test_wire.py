@@ -414,3 +414,26 @@ def test_compute_read_view_puts_refs_in_place_of_their_sources() -> None:
     view = api.compute_read_view(messages, fields, {"PodRef": ("Pod", ("id",))}, ("Req",))
     assert view["Req"] == [("pod", 1, "PodRef"), ("n", 2, "int64")]
     assert view["PodRef"] == [("id", 1, "string")] and view["Pod"] == [("id", 1, "string"), ("tags", 2, "*MapEntry")]
+
+
+@pytest.mark.parametrize("payload, remembered", [
+    pytest.param(b"", True, id="empty"),
+    pytest.param(b"\x0a\x03abc", True, id="short"),
+    pytest.param(b"x" * ttrpc.OK_MEMO_PAYLOAD, True, id="at-the-bound"),
+    pytest.param(b"x" * (ttrpc.OK_MEMO_PAYLOAD + 1), False, id="past-the-bound"),
+    pytest.param(b"y" * (4 << 20), False, id="4MiB"),
+])
+def test_ok_answers_are_formatted_once_by_payload(payload: bytes, remembered: bool) -> None:
+    memo = vars(ttrpc)["_OK_DATA"]
+    memo.clear()
+    first = ttrpc.format_ok_data(payload)
+    assert first == ttrpc.format_response_data(payload)
+    assert ttrpc.parse_response(ttrpc.Frame(1, ttrpc.TYPE_RESPONSE, 0, first)) == payload
+    assert (payload in memo) is remembered
+    assert (ttrpc.format_ok_data(payload) is first) is remembered
+
+
+def test_the_ok_memo_is_bounded() -> None:
+    for n in range(3 * ttrpc.OK_MEMO + 5):
+        assert ttrpc.format_ok_data(str(n).encode()) == ttrpc.format_response_data(str(n).encode())
+        assert len(vars(ttrpc)["_OK_DATA"]) <= ttrpc.OK_MEMO

