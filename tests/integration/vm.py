@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
@@ -93,6 +94,10 @@ class VMTimeoutError(VMError):
         self.output = output
         #: What vng/qemu printed on its console until then.
         self.vng_output = vng_output
+
+
+class VMBootTimeoutError(VMTimeoutError):
+    """The guest never started the script within the boot timeout (it was killed)."""
 
 
 class VMResult:
@@ -276,6 +281,24 @@ def _kill_group(proc: "subprocess.Popen[str]", grace: float = 10.0) -> None:
     proc.wait()
 
 
+# Seconds for the emulated guest to boot and start the script (about 40 s on this machine kind,
+# up to about 2 minutes beside a busy test run).
+BOOT_TIMEOUT = 300
+
+
+class _BootHung(Exception):
+    pass
+
+
+def _wait_for_script(proc: "subprocess.Popen[str]", output_path: Path, start: float, boot_timeout: float) -> None:
+    """Return once the guest's wrapper has made ``output_path`` (the script runs) or the VM has
+    exited; _BootHung when neither happened within ``boot_timeout`` seconds of ``start``."""
+    while not output_path.exists() and proc.poll() is None:
+        if time.monotonic() - start > boot_timeout:
+            raise _BootHung()
+        time.sleep(0.5)
+
+
 def run_in_vm(
     script: str,
     rwdir: _PathLike,
@@ -285,6 +308,8 @@ def run_in_vm(
     kernel: Optional[str] = None,
     venv_dir: _PathLike = DEFAULT_VENV_DIR,
     extra_args: Sequence[str] = (),
+    boot_timeout: float = BOOT_TIMEOUT,
+    boot_retries: int = 1,
 ) -> VMResult:
     """Boot a throwaway VM, run ``script`` with ``sh`` inside, and power off.
 
@@ -306,9 +331,27 @@ def run_in_vm(
     process group (and only it) is killed and :class:`VMTimeoutError` is raised
     with the output so far.
 
+    A guest that has not started the script after ``boot_timeout`` seconds
+    (its ``output.log`` not made: the emulated boot hung; seen once in a CI run,
+    where nothing of the script had run) is killed and booted again, at most
+    ``boot_retries`` times, saying so on stderr; then :class:`VMBootTimeoutError`.
+    ``timeout`` counts from each boot.
+
     Returns a :class:`VMResult` with the script's exit status and output and
     the elapsed time (boot and power-off included).
     """
+    for attempt in range(boot_retries + 1):
+        try:
+            return _run_in_vm_once(script, rwdir, cpus, memory, timeout, kernel, venv_dir, extra_args, boot_timeout)
+        except VMBootTimeoutError as exc:
+            if attempt == boot_retries:
+                raise
+            sys.stderr.write("vm.py: %s; booting again\n" % str(exc).splitlines()[0])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _run_in_vm_once(script: str, rwdir: _PathLike, cpus: int, memory: str, timeout: float, kernel: Optional[str],
+                    venv_dir: _PathLike, extra_args: Sequence[str], boot_timeout: float) -> VMResult:
     rw = Path(rwdir)
     if not rw.is_absolute():
         rw = rw.absolute()
@@ -368,35 +411,46 @@ def run_in_vm(
     env["PATH"] = str(Path(vng).parent) + os.pathsep + env.get("PATH", os.defpath)
 
     start = time.monotonic()
+    console = tempfile.TemporaryFile(mode="w+", errors="replace")  # vng's output: no pipe to fill while waiting
     try:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            universal_newlines=True,
-            errors="replace",
-            cwd=rws,
-            env=env,
-            start_new_session=True,  # its own process group: killable as one
-        )
-    except OSError as exc:
-        raise VMError("cannot start %s: %s" % (vng, exc)) from exc
-    try:
-        vng_output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        _kill_group(proc)
-        vng_output, _ = proc.communicate()
-        raise VMTimeoutError(
-            "VM did not finish within %s s (killed); script output so far:\n%s" % (timeout, _read_text(output_path)),
-            output=_read_text(output_path),
-            vng_output=vng_output or "",
-        ) from exc
-    except BaseException:
-        _kill_group(proc, grace=5.0)
-        proc.communicate()
-        raise
-    elapsed = time.monotonic() - start
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                universal_newlines=True,
+                errors="replace",
+                cwd=rws,
+                env=env,
+                start_new_session=True,  # its own process group: killable as one
+            )
+        except OSError as exc:
+            raise VMError("cannot start %s: %s" % (vng, exc)) from exc
+        try:
+            _wait_for_script(proc, output_path, start, min(boot_timeout, timeout))
+            proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
+        except (subprocess.TimeoutExpired, _BootHung) as exc:
+            _kill_group(proc)
+            proc.wait()
+            console.seek(0)
+            if isinstance(exc, _BootHung):
+                raise VMBootTimeoutError("VM did not start the script within %s s of booting (killed)" % boot_timeout,
+                                         output="", vng_output=console.read()) from None
+            raise VMTimeoutError(
+                "VM did not finish within %s s (killed); script output so far:\n%s" % (timeout, _read_text(output_path)),
+                output=_read_text(output_path),
+                vng_output=console.read(),
+            ) from exc
+        except BaseException:
+            _kill_group(proc, grace=5.0)
+            proc.wait()
+            raise
+        elapsed = time.monotonic() - start
+        console.seek(0)
+        vng_output = console.read()
+    finally:
+        console.close()
 
     status_text = _read_text(status_path).strip()
     returncode = int(status_text) if status_text.lstrip("-").isdigit() else proc.returncode
