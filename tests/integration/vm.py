@@ -435,7 +435,7 @@ def _run_in_vm_once(script: str, rwdir: _PathLike, cpus: int, memory: str, timeo
             proc.wait()
             console.seek(0)
             if isinstance(exc, _BootHung):
-                raise VMBootTimeoutError("VM did not start the script within %s s of booting (killed)" % boot_timeout,
+                raise VMBootTimeoutError("VM did not start the script within %s s of booting (killed)" % min(boot_timeout, timeout),
                                          output="", vng_output=console.read()) from None
             raise VMTimeoutError(
                 "VM did not finish within %s s (killed); script output so far:\n%s" % (timeout, _read_text(output_path)),

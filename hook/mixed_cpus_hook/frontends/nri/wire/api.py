@@ -133,8 +133,8 @@ REF_MESSAGES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "PodRef": ("PodSandbox", ("id", "name", "uid", "namespace")),
     "ContainerRef": ("Container", ("id", "pod_sandbox_id", "name", "state")),
 }
-BY_REF: Tuple[str, ...] = ("UpdateContainerRequest", "StopContainerRequest", "RemoveContainerRequest", "StateChangeEvent",
-          "StartContainerRequest")
+BY_REF: Tuple[str, ...] = ("UpdateContainerRequest", "StopContainerRequest", "RemoveContainerRequest",
+                           "StateChangeEvent", "StartContainerRequest")
 
 
 def compute_read_view(messages: Dict[str, List[Tuple[str, int, str]]], read_fields: Dict[str, Tuple[str, ...]],
