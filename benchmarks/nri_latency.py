@@ -78,11 +78,17 @@ def summary(name: str, seconds: List[float]) -> str:
 
 
 class Bench:
-    def __init__(self, root: str, version: int, python: str, checkpoint: bool = False) -> None:
+    def __init__(self, root: str, version: int, python: str, checkpoint: bool = False, lead: float = 0.0) -> None:
         # One exclusive CPU per live container (the plugin refuses, as kubelet never does, two
         # containers with one exclusive CPU): a node with enough of them.
         self.node = FakeNode(os.path.join(root, "node"), version=version, online=f"0-{MAX_LIVE + 1}")
         self.config = self.node.write_config("0-1")
+        # kubelet's checkpoint (--checkpoint): pod uid -> {container name: cpus} of the live containers;
+        # there before the plugin starts, as on a node (the plugin watches its directory from its start)
+        self.entries: Optional[Dict[str, Dict[str, str]]] = {} if checkpoint else None
+        if self.entries is not None:
+            self.node.write_checkpoint(self.entries)
+        self.lead = lead
         self.sock_path = os.path.join(root, "nri.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.sock_path)
@@ -100,10 +106,6 @@ class Bench:
         self._uids: Dict[str, str] = {}
         self._cpus: Dict[str, str] = {}
         self._free = [str(c) for c in range(MAX_LIVE + 1, 1, -1)]
-        # kubelet's checkpoint (--checkpoint): pod uid -> {container name: cpus} of the live containers
-        self.entries: Optional[Dict[str, Dict[str, str]]] = {} if checkpoint else None
-        if self.entries is not None:
-            self.node.write_checkpoint(self.entries)
 
     def new_container(self) -> str:
         cid = uuid.uuid4().hex + uuid.uuid4().hex
@@ -122,6 +124,8 @@ class Bench:
         if self.entries is not None:  # kubelet allocated the CPUs before it asks for the container
             self.entries[self._uids[cid]] = {"app": self._cpus[cid]}
             self.node.write_checkpoint(self.entries)
+            if self.lead:  # the sandbox, the image and the container made between (--checkpoint-lead)
+                time.sleep(self.lead)
         return self.timed("CreateContainer", create_request(cid, pod_uid=self._uids[cid], cpus=self._cpus[cid],
                                                           quota=100000), api.CreateContainerResponse)
 
@@ -159,6 +163,9 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--checkpoint", action="store_true",
                     help="kubelet's checkpoint kept as on a static-policy node (an entry per live container)")
+    ap.add_argument("--checkpoint-lead", type=float, default=0.0, metavar="MS",
+                    help="with --checkpoint: milliseconds between kubelet's write of an entry and the "
+                         "CreateContainer it was made for (default 0: at once)")
     args = ap.parse_args()
     if args.requests > MAX_LIVE:
         ap.error(f"--requests: at most {MAX_LIVE}")
@@ -166,14 +173,15 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="nri-bench-", dir=base)
     bench = None
     try:
-        bench = Bench(root, args.cgroup, args.python, args.checkpoint)
+        bench = Bench(root, args.cgroup, args.python, args.checkpoint, args.checkpoint_lead / 1000)
         ids = [bench.new_container() for _ in range(args.requests)]
         creates = [bench.create(cid) for cid in ids]
         updates = [bench.update(cid) for cid in ids]
         removes = [bench.remove(cid) for cid in ids]
         print(f"plugin: {args.python} -m mixed_cpus_hook nri (pid {bench.proc.pid}), fake cgroup v{args.cgroup} "
               f"node on {base or 'disk'}, over a unix socket"
-              + (", kubelet's checkpoint written around each container" if args.checkpoint else ""))
+              + (", kubelet's checkpoint written around each container" if args.checkpoint else "")
+              + (f" ({args.checkpoint_lead:g} ms before its CreateContainer)" if args.checkpoint and args.checkpoint_lead else ""))
         print(summary("CreateContainer", creates))
         quarter = len(creates) // 4
         for q in range(4):

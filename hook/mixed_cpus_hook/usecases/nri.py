@@ -181,6 +181,16 @@ class NriEngine:
         self._last = read_node_facts(self.config, self.cache)
         return self._last
 
+    def refresh(self) -> None:
+        """Read the node's facts between events (the plugin's watch saw kubelet's checkpoint change):
+        what changed is parsed now, off the next request's path, which then finds it read (its own
+        stat of the file still decides). A fact that cannot be read is left for that request to
+        report, as it would be without this read."""
+        try:
+            self.facts()
+        except HookError:
+            pass
+
     def last_online(self) -> FrozenSet[int]:
         """The online CPUs of the facts read last (read now when none were): bounds the runtime's
         cpulists before they are parsed (handlers.compute_cpus_limit)."""

@@ -540,3 +540,46 @@ def test_connect_warning_names_the_socket(fake_node: Callable[..., Any], fast_tm
     assert proc.returncode == 0, "".join(seen) + err
     assert line.strip() == (f"mixed-cpus-hook: warning: nri: cannot connect to the runtime at {path} "
                             "(No such file or directory); retrying"), seen
+
+
+@pytest.mark.parametrize("watched,parsed_by_the_request", [
+    pytest.param(True, [], id="watched-read-while-idle"),
+    pytest.param(False, [True], id="unwatched-read-by-the-request"),
+])
+def test_kubelets_checkpoint_read_between_requests(fake_node: Callable[..., Any], reporter: Any,
+                                                   monkeypatch: pytest.MonkeyPatch, watched: bool,
+                                                   parsed_by_the_request: List[bool]) -> None:
+    """kubelet writes its checkpoint when it admits the pod, before the runtime's CreateContainer:
+    a watched checkpoint is parsed while the plugin waits, and the request finds it read; the
+    request's answer is kubelet's entry either way (3, not the request's 2-3)."""
+    from mixed_cpus_hook.node import facts
+    from mixed_cpus_hook.node.inotify import FileWatch
+
+    node = fake_node(version=1, online="0-3")
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    node.write_checkpoint({})
+    parses: List[bool] = []  # at each parse: whether a request was being answered (its lines held)
+    real = facts._parse_checkpoint_file
+
+    def counted(path: str) -> Any:
+        parses.append(running.plugin.reporter.holding)
+        return real(path)
+
+    monkeypatch.setattr(facts, "_parse_checkpoint_file", counted)
+    watch = FileWatch(node.kubelet_state) if watched else None
+    running = Running(Handlers(load_config(node.config_path), reporter.reporter), reporter.reporter, watch=watch)
+    try:
+        running.peer.handshake()
+        del parses[:]
+        node.write_checkpoint({pod_and_container(APP)[0].uid: {"app": "3"}})  # kubelet admits the pod
+        end = time.monotonic() + 5
+        while watched and not parses and time.monotonic() < end:
+            time.sleep(0.002)
+        assert parses == ([False] if watched else [])
+        del parses[:]
+        resp = running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0-1,3"
+        assert parses == parsed_by_the_request
+    finally:
+        running.finish()
+    assert watch is None or watch.fileno() is None  # closed with the plugin

@@ -713,6 +713,11 @@ class Handlers:
         """Re-apply what kubelet rewrote directly (pod quotas): every record, both modes."""
         self.engine.reconcile()
 
+    def refresh(self) -> None:
+        """Between events: read the node's facts that changed (kubelet's checkpoint), off the next
+        request's path."""
+        self.engine.refresh()
+
 
 def sync_where(pod: SyncPod, ctr: SyncContainer) -> str:
     return f"nri: Synchronize: container {describe_container(pod, ctr)}"

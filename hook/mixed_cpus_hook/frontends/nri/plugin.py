@@ -28,7 +28,7 @@ import signal
 import socket
 import time
 import traceback
-from typing import Any, Callable, Deque, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from google.protobuf.message import DecodeError
 
@@ -39,6 +39,9 @@ from ...node.log import Reporter
 from ...usecases.telemetry import Telemetry
 from .handlers import Handlers, Interrupted, RequestFailed
 from .wire import api, mux, ttrpc
+
+if TYPE_CHECKING:
+    from ...node.inotify import FileWatch
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME = "mixed-cpus-hook"
@@ -179,8 +182,12 @@ class Plugin:
     def __init__(self, handlers: Handlers, identity: Identity, reporter: Reporter,
                  reconcile_interval: float = 10.0, registration_timeout: float = REGISTRATION_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic, write_timeout: float = WRITE_TIMEOUT,
-                 telemetry: Optional[Telemetry] = None) -> None:
+                 telemetry: Optional[Telemetry] = None, watch: Optional["FileWatch"] = None) -> None:
+        """``watch``: kubelet's checkpoint (node/inotify.FileWatch); when it says the file changed and
+        no request is waiting, the node's facts are read then (Handlers.refresh), not on the next
+        request's path."""
         self.handlers = handlers
+        self.watch = watch
         handlers.engine.defer_reports = True  # written by after_answer, once the answers are sent
         self.telemetry = telemetry or handlers.engine.telemetry
         self.identity = identity
@@ -215,6 +222,8 @@ class Plugin:
                 os.close(fd)
             except OSError:
                 pass
+        if self.watch is not None:
+            self.watch.close()
 
     def install_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -279,7 +288,17 @@ class Plugin:
             except Exception as exc:  # noqa: BLE001 - a bug in one reconcile must not end the plugin
                 self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + " | ".join(
                     traceback.format_exc().strip().splitlines()[-3:-1]))
+            if self.watch is not None:
+                self.watch.ensure()  # kubelet's directory made since (a node where kubelet started later)
             self._next_reconcile = self.clock() + self.reconcile_interval
+
+    def _refresh(self) -> None:
+        """The watch saw kubelet's checkpoint change and no request is waiting: read it now."""
+        try:
+            self.handlers.refresh()
+        except Exception as exc:  # noqa: BLE001 - a bug here must not end the plugin; the next request reads again
+            self.reporter.error(f"nri: reading the node's facts: internal error: {quote(exc)}: " + " | ".join(
+                traceback.format_exc().strip().splitlines()[-3:-1]))
 
     def _timeout(self, deadline: Optional[float], out: Optional[Outbox] = None) -> Optional[float]:
         """Seconds until the next thing to do (None: block until the socket or a signal)."""
@@ -368,6 +387,7 @@ class Plugin:
         poller.register(self._wake_r, select.POLLIN)
         fd = sock.fileno()
         registered = -1
+        watched: Optional[int] = None  # the watch's descriptor registered with the poller
         while True:
             # Handle what was read while the answers fit; read more only once all is handled.
             # What the handlers log is logged once their answers are sent (off the runtime's clock).
@@ -395,12 +415,16 @@ class Plugin:
             if events != registered:
                 poller.register(fd, events)  # re-registering replaces the mask
                 registered = events
+            watched = self._register_watch(poller, watched)
             timeout = self._timeout(deadline, out)
             ready = dict(poller.poll(None if timeout is None else timeout * 1000))
             if self.is_stopping():
                 return "stopped"
             if self._wake_r in ready:
                 self._drain_wake()
+            if watched is not None and watched in ready and self.watch is not None and self.watch.drain() \
+                    and not ready.get(fd, 0) & select.POLLIN:
+                self._refresh()  # with a request waiting, the request reads the facts itself
             if ready.get(fd, 0) & (select.POLLIN | select.POLLHUP | select.POLLERR) and events & select.POLLIN:
                 failure = self._read(sock, demux, readers, inbox)
                 if failure:
@@ -415,6 +439,20 @@ class Plugin:
             elif deadline is not None and self.clock() >= deadline:
                 return f"not configured by the runtime within {self.registration_timeout:g} s of registering"
             self._maybe_reconcile()
+
+    def _register_watch(self, poller: "select.poll", watched: Optional[int]) -> Optional[int]:
+        """Keep the poller on the watch's current descriptor (it changes when the directory went and
+        was watched again); returns the one registered."""
+        now = self.watch.fileno() if self.watch is not None else None
+        if now != watched:
+            if watched is not None:
+                try:
+                    poller.unregister(watched)
+                except KeyError:
+                    pass
+            if now is not None:
+                poller.register(now, select.POLLIN)
+        return now
 
     def _handle_frame(self, client: ttrpc.Client, conn_id: int, frame: ttrpc.Frame, out: Outbox) -> Optional[str]:
         """One frame: a request served (its answer queued), or an answer to one of our calls."""
@@ -532,8 +570,16 @@ def main(config: Config, socket_path: Optional[str], name: Optional[str], index:
     env = os.environ if environ is None else environ
     identity = compute_identity(name, index, env, argv0)
     fd = None if socket_path else parse_socket_fd(env)
+    watch = None
+    if getattr(config, "kubelet_state_file", ""):
+        from ...node.inotify import FileWatch  # ctypes, for the resident plugin only
+
+        watch = FileWatch(config.kubelet_state_file)
+        if watch.problem:
+            reporter.info(f"nri: kubelet's checkpoint is read at each event ({watch.problem}; watched again "
+                          "at each reconcile)")
     plugin = Plugin(Handlers(config, reporter), identity, reporter, reconcile_interval=reconcile_interval,
-                    write_timeout=write_timeout)
+                    write_timeout=write_timeout, watch=watch)
     http = None
     if metrics_address:
         from .httpd import TelemetryServer  # http.server only when asked for
