@@ -18,6 +18,8 @@ from mixed_cpus_hook.store.records import (SCHEMA_VERSION,
                                            delete_record,
                                            format_document,
                                            list_records,
+                                           list_remembered,
+                                           load_container,
                                            load_record,
                                            read_document,
                                            record_path,
@@ -275,6 +277,31 @@ def test_list_records_skips_temporaries_and_strange_names(tmp_path: Path) -> Non
         (folder / name).write_text("{}")
     assert list_records(str(tmp_path), "containers") == [".dot", "a", "b"]
     assert list_records(str(tmp_path), "pods") == []
+
+
+def test_list_remembered_gives_a_record_only_while_its_file_is_the_one_remembered(tmp_path: Path) -> None:
+    """The NRI plugin's look over every tracked container at a checkpoint change: the records it
+    saved come from memory while their files are the same inodes (no stat each); one another
+    writer replaced (renamed a new file over it), one only read (its inode not known), one gone: None."""
+    state_dir = str(tmp_path / "state")
+    for cid in ("a", "b", "c", "r"):
+        save_document(state_dir, "containers", cid, container_doc(cid))
+    assert list_remembered(state_dir, "containers") == [("a", None), ("b", None), ("c", None), ("r", None)]
+    recs = {cid: load_container(state_dir, cid) for cid in ("a", "b", "c", "r")}
+    for cid in ("a", "b", "c"):
+        save_container(state_dir, recs[cid])  # as the plugin saves what it decided
+    got = list_remembered(state_dir, "containers")
+    assert [(name, rec is not None and rec is recs[name]) for name, rec in got] == [
+        ("a", True), ("b", True), ("c", True), ("r", False)]
+    folder = tmp_path / "state" / "containers"
+    (folder / ".b.999.tmp").write_text(json.dumps(container_doc("b", exclusive="4-5", desired="0-1,4-5")))
+    os.replace(folder / ".b.999.tmp", folder / "b.json")  # another writer's save
+    (folder / "c.json").unlink()
+    (folder / "d.json").write_text(json.dumps(container_doc("d")))
+    got = list_remembered(state_dir, "containers")
+    assert [(name, rec is not None) for name, rec in got] == [("a", True), ("b", False), ("d", False), ("r", False)]
+    b = load_container(state_dir, "b")
+    assert b is not None and b.exclusive == frozenset({4, 5})  # what the other writer saved
 
 
 def test_state_lock_creates_the_directory(tmp_path: Path) -> None:

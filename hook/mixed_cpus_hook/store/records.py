@@ -751,19 +751,46 @@ def remove_stale_temporaries(state_dir: str, proc_root: str = "/proc") -> List[s
 
 def list_records(state_dir: str, kind: str) -> List[str]:
     """Names of the records of one kind, sorted; temporary files are skipped."""
+    return [entry[0] for entry in _scan_records(state_dir, kind)]
+
+
+def list_remembered(state_dir: str, kind: str) -> List[Tuple[str, Any]]:
+    """(name, the record remembered for its file, or None) of each record of one kind, sorted.
+
+    A record is given only while its file has the inode it had when it was remembered, as the
+    directory listing says (no stat per record: the NRI plugin looks over every tracked container
+    when kubelet's checkpoint changes, at each allocation of a static-policy node): every writer
+    replaces a record by renaming a new file over it, which gives it a new inode. What only an
+    edit in place would change (by hand, not by this product) is seen when the record is loaded
+    (load_container: the stat compares size and time too). None: load it.
+    """
+    out = []
+    parsed = _PARSED
+    for name, path, inode in _scan_records(state_dir, kind):
+        hit = parsed.get(path)
+        out.append((name, hit[1] if hit is not None and hit[2] is not None and hit[2][0] == inode else None))
+    return out
+
+
+def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
+    """(name, path, inode) of the records of one kind, sorted by name (one getdents: no stat)."""
     folder = _FOLDERS.get((state_dir, kind)) or os.path.join(state_dir, kind)
     _check_dir(folder)
     try:
-        entries = os.listdir(folder)
+        with os.scandir(folder) as it:
+            entries = [(e.name, e.path, e.inode()) for e in it if e.name.endswith(".json")]
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise RecordError(f"cannot list: {exc.strerror}", folder) from None
-    if not entries:
-        return []
     # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed.
-    names = [e[: -len(".json")] for e in entries if e.endswith(".json")]
-    return sorted(n for n in names if is_plain_name(n, KINDS[kind]))
+    pattern = KINDS[kind]
+    found = [(e[0][: -len(".json")], e[1], e[2]) for e in entries]
+    return sorted((e for e in found if is_plain_name(e[0], pattern)), key=_first)
+
+
+def _first(entry: Tuple[str, str, int]) -> str:
+    return entry[0]
 
 
 def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:

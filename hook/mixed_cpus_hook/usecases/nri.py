@@ -30,7 +30,8 @@ from ..node.config import Config, is_pool
 from ..node.facts import FactsCache, NodeFacts, read_node_facts
 from ..node.kubelet import Moved, compute_assigned, compute_moved
 from ..node.log import Reporter
-from ..store.records import HeldStateLock, container_exists, list_records, load_container, load_pod, save_pod
+from ..store.records import (HeldStateLock, container_exists, list_records, list_remembered, load_container, load_pod,
+                              save_pod)
 from .apply import read_request
 from .common import (
     PodShare,
@@ -274,9 +275,9 @@ class NriEngine:
         self.decided_generation = node.generation
         moved = compute_checkpoint_moved(before, node)
         updates: List[Update] = []
-        for cid in list_records(self.state_dir, "containers"):
-            if cid == exclude:
-                continue
+        for cid, known in list_remembered(self.state_dir, "containers"):
+            if cid == exclude or (known is not None and moved is not None and self._unmoved(node, cid, known, moved)):
+                continue  # the record as remembered (its file not replaced since) says so: not loaded
             try:
                 update = self._redecide(node, cid, moved)
             except HookError as exc:
@@ -296,11 +297,8 @@ class NriEngine:
         # container is live (the record says "applied" only after a reconcile has seen it)
         if rec is None or rec.mode != "nri" or rec.phase == "releasing":
             return None
-        if moved is not None and node.checkpoint is not None:
-            key = (rec.identity.pod_uid, rec.identity.container)
-            entry = compute_assigned(node.checkpoint, key[0], key[1], cid) or frozenset()
-            if key not in moved.keys and cid not in moved.ids and not ((rec.exclusive | entry) & moved.contested):
-                return None
+        if moved is not None and self._unmoved(node, cid, rec, moved):
+            return None
         dirs = inside(node.layout, rec.cgroup, f"record {cid}")
         pod = inside(node.layout, rec.pod_cgroup, f"record {cid}")
         if dirs is None or not exists(dirs):
@@ -318,6 +316,20 @@ class NriEngine:
                f"{format_quota_value(rec.quota.applied)} -> {format_quota_value(new.quota.applied)}")
         self.reporter.info(f"container {cid}: {why}")
         return Update(cid, compute_adjustment(new).resources, why)
+
+    @staticmethod
+    def _unmoved(node: NodeFacts, cid: str, rec: ContainerRecord, moved: Moved) -> bool:
+        """Whether tracked container ``cid`` (``rec``) is decided on the same inputs as before when
+        only kubelet's checkpoint entries ``moved``: its entry is not among them and none of its
+        CPUs is one two entries claim. A record that is not NRI's, or is being released, is never
+        decided again either."""
+        if rec.mode != "nri" or rec.phase == "releasing":
+            return True
+        if node.checkpoint is None:
+            return False
+        key = (rec.identity.pod_uid, rec.identity.container)
+        entry = compute_assigned(node.checkpoint, key[0], key[1], cid) or frozenset()
+        return key not in moved.keys and cid not in moved.ids and not ((rec.exclusive | entry) & moved.contested)
 
     # -- the events ----------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ a socketpair with the in-test runtime, on a fake node.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
@@ -113,3 +115,44 @@ def test_an_unchanged_entry_that_a_moved_one_now_overlaps_is_decided_again(world
     # nothing moved for the refused ones: their records as they were
     assert world.node.records("containers")[APP]["exclusive"] == "2-3"
     assert world.node.records("containers")[OTHER]["exclusive"] == "4-5"
+
+
+def test_containers_a_move_leaves_alone_are_judged_from_their_remembered_records(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each change of kubelet's checkpoint (every allocation on a static-policy node) the plugin
+    looks over every tracked container: one whose record file is still the one it wrote is judged
+    from the record it remembers (not loaded: no stat per container); one another writer replaced
+    since is loaded, and judged as it is now."""
+    from mixed_cpus_hook.usecases import nri as engine
+
+    world.checkpoint("2-3", other="4-5")
+    world.create(APP)
+    world.create(OTHER, name="other", pod_uid=OTHER_UID)
+    loaded: List[str] = []
+    real = engine.load_container
+
+    def counted(state_dir: str, cid: str) -> Any:
+        loaded.append(cid)
+        return real(state_dir, cid)
+
+    monkeypatch.setattr(engine, "load_container", counted)
+    world.node.add_container(THIRD, name="third", cpus="6-7", quota=200000, pod_quota=200000, pod_uid=THIRD_UID)
+    world.node.write_checkpoint({POD_UID: {"app": "2-3"}, OTHER_UID: {"other": "4-5"}, THIRD_UID: {"third": "6-7"}})
+    reply = world.create(THIRD, name="third", cpus="6-7", pod_uid=THIRD_UID)
+    assert list(reply.update) == [] and loaded == [THIRD]  # the event's own record only
+    # another writer replaces app's record (the same content, a new file)
+    folder = world.node.state_dir + "/containers"
+    doc = world.node.records("containers")[APP]
+    with open(f"{folder}/.{APP}.1.tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, sort_keys=True) + "\n")
+    os.replace(f"{folder}/.{APP}.1.tmp", f"{folder}/{APP}.json")
+    del loaded[:]
+    # kubelet's next write: "third" shrinks to 7 (app's and other's entries as they were)
+    world.node.write_checkpoint({POD_UID: {"app": "2-3"}, OTHER_UID: {"other": "4-5"}, THIRD_UID: {"third": "7"}})
+    update = api.UpdateContainerRequest(container=pod_and_container(THIRD, name="third", pod_uid=THIRD_UID)[1])
+    update.linux_resources.cpu.cpus = "7"
+    reply = world.peer.call("UpdateContainer", update, api.UpdateContainerResponse)
+    assert [(u.container_id, u.linux.resources.cpu.cpus) for u in reply.update] == [(THIRD, "0-1,7")]
+    assert loaded == [THIRD, APP]  # the event's own, then app's replaced record; not other's
+
+
