@@ -95,6 +95,9 @@ class FileWatch:
         """Watch the directory when not watching it yet; whether it is watched now."""
         if self._fd is not None:
             return True
+        if not os.path.isdir(self.directory):  # asked before ctypes is loaded: a node without kubelet
+            self.problem = f"{self.directory}: no such directory"
+            return False
         import ctypes
 
         try:
