@@ -33,13 +33,13 @@ def install() -> Dict[str, bytes]:
         files[path] = data
         return data, (0, len(data), 0)
 
-    def read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any]:
+    def read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any, Any]:
         data = files.get(path)
         if data is None:
             r._PARSED.pop(path, None)
-            return None, None
+            return None, None, None
         hit = r._PARSED.get(path)
-        return data, (hit[1] if hit is not None and hit[0] == data else None)
+        return data, (hit[1] if hit is not None and hit[0] == data else None), (0, len(data), 0)
 
     def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
         return files.get(r.record_path(state_dir, kind, name))
@@ -56,12 +56,21 @@ def install() -> Dict[str, bytes]:
         prefix = os.path.join(state_dir, kind) + os.sep
         return sorted(p[len(prefix):-len(".json")] for p in files if p.startswith(prefix))
 
+    def list_remembered(state_dir: str, kind: str) -> List[Tuple[str, Any]]:
+        prefix = os.path.join(state_dir, kind) + os.sep
+        out = []
+        for name in list_records(state_dir, kind):
+            hit = r._PARSED.get(prefix + name + ".json")
+            out.append((name, None if hit is None else hit[1]))
+        return out
+
     r._write_whole = write_whole
     r._read_remembered = read_remembered
     r.read_record_bytes = read_record_bytes
     r.delete_record = delete_record
     r.container_exists = container_exists
     r.list_records = list_records
+    r.list_remembered = list_remembered
     return files
 
 

@@ -281,17 +281,16 @@ def test_list_records_skips_temporaries_and_strange_names(tmp_path: Path) -> Non
 
 def test_list_remembered_gives_a_record_only_while_its_file_is_the_one_remembered(tmp_path: Path) -> None:
     """The NRI plugin's look over every tracked container at a checkpoint change: the records it
-    saved come from memory while their files are the same inodes (no stat each); one another
-    writer replaced (renamed a new file over it), one only read (its inode not known), one gone: None."""
+    saved or loaded come from memory while their files are at the inodes it saw (no stat each); one
+    never loaded, one another writer replaced since (renamed a new file over it), one gone: not."""
     state_dir = str(tmp_path / "state")
     for cid in ("a", "b", "c", "r"):
-        save_document(state_dir, "containers", cid, container_doc(cid))
+        save_document(state_dir, "containers", cid, container_doc(cid))  # as another process writes them
     assert list_remembered(state_dir, "containers") == [("a", None), ("b", None), ("c", None), ("r", None)]
-    recs = {cid: load_container(state_dir, cid) for cid in ("a", "b", "c", "r")}
-    for cid in ("a", "b", "c"):
-        save_container(state_dir, recs[cid])  # as the plugin saves what it decided
+    recs = {cid: load_container(state_dir, cid) for cid in ("a", "b", "c")}  # read: remembered as read
+    save_container(state_dir, recs["a"])  # saved: remembered as written
     got = list_remembered(state_dir, "containers")
-    assert [(name, rec is not None and rec is recs[name]) for name, rec in got] == [
+    assert [(name, rec is not None and rec is recs.get(name)) for name, rec in got] == [
         ("a", True), ("b", True), ("c", True), ("r", False)]
     folder = tmp_path / "state" / "containers"
     (folder / ".b.999.tmp").write_text(json.dumps(container_doc("b", exclusive="4-5", desired="0-1,4-5")))
@@ -302,6 +301,33 @@ def test_list_remembered_gives_a_record_only_while_its_file_is_the_one_remembere
     assert [(name, rec is not None) for name, rec in got] == [("a", True), ("b", False), ("d", False), ("r", False)]
     b = load_container(state_dir, "b")
     assert b is not None and b.exclusive == frozenset({4, 5})  # what the other writer saved
+    assert dict(list_remembered(state_dir, "containers"))["b"] is b
+
+
+def test_a_record_read_is_looked_up_again_by_one_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record only read (the plugin after a restart) is remembered with the identity it was read
+    at, as a saved one is: its next lookup is a stat, not a read; a write in place (another size or
+    time) is read again."""
+    state_dir = str(tmp_path / "state")
+    save_document(state_dir, "containers", "a", container_doc("a"))
+    first = load_container(state_dir, "a")
+    reads: List[str] = []
+    real = store.read_regular_file_stat
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "read_regular_file_stat", counted)
+    assert load_container(state_dir, "a") is first and reads == []
+    path = tmp_path / "state" / "containers" / "a.json"
+    with open(path, "r+", encoding="utf-8") as f:  # in place, by hand: another size
+        doc = json.load(f)
+        f.seek(0)
+        f.write(json.dumps(dict(doc, namespace="ns2")))
+        f.truncate()
+    again = load_container(state_dir, "a")
+    assert again is not None and again.identity.namespace == "ns2" and reads == ["a.json"]
 
 
 def test_state_lock_creates_the_directory(tmp_path: Path) -> None:

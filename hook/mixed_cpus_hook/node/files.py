@@ -13,7 +13,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, Iterator, Optional, Set, Type
+    from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Type
 
     from ..core.errors import HookError
 
@@ -79,7 +79,15 @@ class FileRefused(ValueError):
 
 
 def read_regular_file(path: str, limit: int, follow: bool = True, dir_fd: Optional[int] = None) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (read_regular_file_stat's)."""
+    return read_regular_file_stat(path, limit, follow, dir_fd)[0]
+
+
+def read_regular_file_stat(path: str, limit: int, follow: bool = True,
+                           dir_fd: Optional[int] = None) -> Tuple[bytes, os.stat_result]:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes, and the fstat they were
+    checked by (taken before the read: a file renamed over ``path`` meanwhile is not the one read,
+    and a write in place during the read changes the times after it).
 
     Raises FileNotFoundError or another OSError as open/read do (ELOOP for a symlink when
     ``follow`` is false), FileRefused otherwise. Opened non-blocking so that a FIFO is seen
@@ -110,7 +118,7 @@ def read_regular_file(path: str, limit: int, follow: bool = True, dir_fd: Option
         os.close(fd)
     if size > limit:
         raise FileRefused(f"larger than {limit} bytes (it grew while read)")
-    return b"".join(chunks)
+    return b"".join(chunks), st
 
 
 def parse_yaml_text(text: str, where: str, err: "Type[HookError]", what: str = "YAML") -> Any:

@@ -31,7 +31,7 @@ from ..core.errors import CpuListError, RecordError
 from ..core.model import MODES, PHASES, SCHEMA_VERSION, SOURCES, ContainerRecord, Identity, Member, PodRecord
 from ..core.quota import MCPU, QuotaState
 from ..core.validate import ID_PATTERN, NAME_PATTERN, is_cpulist_text, is_plain_name, is_timestamp_text
-from ..node.files import FileRefused, KeptFds, read_regular_file
+from ..node.files import FileRefused, KeptFds, read_regular_file, read_regular_file_stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
@@ -485,13 +485,20 @@ def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
 
 
 def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
+    return _read_record_stat(state_dir, kind, path)[0]
+
+
+def _read_record_stat(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Optional[Tuple[int, int, int]]]:
+    """A record file's bytes and the identity they were read at (inode, size, modification time);
+    (None, None) when there is no file."""
     folder, name = _split(path)
     if not _exists(folder, name):
-        return None
+        return None, None
     try:
-        return _in_dir(folder, read_regular_file, name, MAX_RECORD_BYTES, follow=False)
+        data, st = _in_dir(folder, read_regular_file_stat, name, MAX_RECORD_BYTES, follow=False)
+        return data, _identity(st)
     except FileNotFoundError:
-        return None
+        return None, None
     except FileRefused as exc:
         raise RecordError(f"invalid record: {exc}", path) from None
     except OSError as exc:
@@ -558,9 +565,11 @@ def _remember(path: str, data: bytes, rec: Any, key: Optional[Tuple[int, int, in
     return rec
 
 
-def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any]:
-    """A record file's bytes and the record remembered for exactly those bytes (None: parse them);
-    (None, None) when there is no file (and nothing is remembered for it any more)."""
+def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Any, Optional[Tuple[int, int, int]]]:
+    """A record file's bytes, the record remembered for exactly those bytes (None: parse them) and
+    the file's identity then; (None, None, None) when there is no file (and nothing is remembered for
+    it any more). A record remembered without an identity (or at another one) gets the one it was
+    read at: the next lookup costs a stat, and list_remembered gives it."""
     hit = _PARSED.get(path)
     if hit is not None and hit[2] is not None:
         folder, name = _split(path)
@@ -570,24 +579,27 @@ def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[byt
         except OSError:
             st = None  # gone, or unreadable: the read below says which
         if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == hit[2]:
-            return hit[0], hit[1]
-    data = _read_record_file(state_dir, kind, path)
+            return hit[0], hit[1], hit[2]
+    data, key = _read_record_stat(state_dir, kind, path)
     if data is None:
         _PARSED.pop(path, None)
-        return None, None
-    return data, (hit[1] if hit is not None and hit[0] == data else None)
+        return None, None, None
+    if hit is not None and hit[0] == data:
+        _PARSED[path] = (data, hit[1], key)
+        return data, hit[1], key
+    return data, None, key
 
 
 def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     """A container's record, checked (RecordError names the file and the problem), or None."""
     path = record_path(state_dir, "containers", cid)
-    data, known = _read_remembered(state_dir, "containers", path)
+    data, known, key = _read_remembered(state_dir, "containers", path)
     if data is None:
         _PATHS.pop((state_dir, "containers", cid), None)
         return None
     if known is not None:
         return known
-    return _remember(path, data, parse_container_record(parse_document(data, path), cid, path))
+    return _remember(path, data, parse_container_record(parse_document(data, path), cid, path), key)
 
 
 def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
@@ -597,7 +609,7 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
     member without a readable container record gets none (it does not count anyway).
     """
     path = record_path(state_dir, "pods", key)
-    data, known = _read_remembered(state_dir, "pods", path)
+    data, known, ident = _read_remembered(state_dir, "pods", path)
     if data is None:
         _PATHS.pop((state_dir, "pods", key), None)
         return None
@@ -615,7 +627,7 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
 
     rec = parse_pod_record(compute_migrated_pod(parse_document(data, path), legacy_share), key, path)
     # A migrated record depends on its members' records too: parsed again each time.
-    return rec if migrated else _remember(path, data, rec)
+    return rec if migrated else _remember(path, data, rec, ident)
 
 
 def load_record(state_dir: str, kind: str, name: str) -> Any:
