@@ -24,7 +24,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional, Tuple
 
-IN_MODIFY = 0x00000002
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
@@ -84,13 +83,6 @@ class FileWatch:
     def fileno(self) -> Optional[int]:
         return self._fd
 
-    def _lib(self) -> Any:
-        if self._libc is None:
-            import ctypes
-
-            self._libc = ctypes.CDLL(None, use_errno=True)
-        return self._libc
-
     def ensure(self) -> bool:
         """Watch the directory when not watching it yet; whether it is watched now."""
         if self._fd is not None:
@@ -101,7 +93,7 @@ class FileWatch:
         import ctypes
 
         try:
-            libc = self._lib()
+            libc = self._libc = self._libc or ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError) as exc:  # no libc inotify (not Linux)
             self.problem = f"inotify is not available: {exc}"

@@ -798,11 +798,7 @@ def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
     # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed.
     pattern = KINDS[kind]
     found = [(e[0][: -len(".json")], e[1], e[2]) for e in entries]
-    return sorted((e for e in found if is_plain_name(e[0], pattern)), key=_first)
-
-
-def _first(entry: Tuple[str, str, int]) -> str:
-    return entry[0]
+    return sorted(e for e in found if is_plain_name(e[0], pattern))  # by name: names are distinct
 
 
 def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:

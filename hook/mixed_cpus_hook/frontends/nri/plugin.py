@@ -176,6 +176,12 @@ class Outbox:
         return bool(self.pending) and self.clock() - self.since >= timeout
 
 
+def format_traceback_tail() -> str:
+    """Where the exception being handled was raised, in one line: the last frame of its traceback
+    (file, line, function and source), for a log line that a bug must not end the plugin with."""
+    return " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
+
+
 class Plugin:
     """Serves one runtime connection at a time; ``run`` reconnects until stopped."""
 
@@ -262,7 +268,7 @@ class Plugin:
                 raise ttrpc.RpcError(ttrpc.UNAVAILABLE, f"mixed-cpus-hook: {method}: the plugin is stopping") from None
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the plugin
                 self.telemetry.error(method, "internal")
-                where = " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
+                where = format_traceback_tail()
                 self.reporter.error(f"nri: {method}: internal error: {quote(exc)}: {where}")
                 raise ttrpc.RpcError(ttrpc.INTERNAL, f"mixed-cpus-hook: internal error in {method}: {quote(exc)}") from None
             finally:
@@ -286,8 +292,7 @@ class Plugin:
             try:
                 self.handlers.reconcile()
             except Exception as exc:  # noqa: BLE001 - a bug in one reconcile must not end the plugin
-                self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + " | ".join(
-                    traceback.format_exc().strip().splitlines()[-3:-1]))
+                self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + format_traceback_tail())
             if self.watch is not None:
                 self.watch.ensure()  # kubelet's directory made since (a node where kubelet started later)
             self._next_reconcile = self.clock() + self.reconcile_interval
@@ -297,8 +302,7 @@ class Plugin:
         try:
             self.handlers.refresh()
         except Exception as exc:  # noqa: BLE001 - a bug here must not end the plugin; the next request reads again
-            self.reporter.error(f"nri: reading the node's facts: internal error: {quote(exc)}: " + " | ".join(
-                traceback.format_exc().strip().splitlines()[-3:-1]))
+            self.reporter.error(f"nri: reading the node's facts: internal error: {quote(exc)}: " + format_traceback_tail())
 
     def _timeout(self, deadline: Optional[float], out: Optional[Outbox] = None) -> Optional[float]:
         """Seconds until the next thing to do (None: block until the socket or a signal)."""
@@ -334,7 +338,7 @@ class Plugin:
         try:
             return self._serve(sock)
         except Exception as exc:  # noqa: BLE001 - nothing the runtime sends may end the process
-            return f"internal error: {quote(exc)}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
+            return f"internal error: {quote(exc)}: " + format_traceback_tail()
         finally:
             self._repeats.flush()
 
