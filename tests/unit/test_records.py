@@ -13,6 +13,7 @@ import pytest
 
 import mixed_cpus_hook.store.records as store
 from mixed_cpus_hook.core.errors import RecordError
+from mixed_cpus_hook.core.validate import is_plain_name
 from mixed_cpus_hook.store.records import (SCHEMA_VERSION,
                                            container_exists,
                                            delete_record,
@@ -277,6 +278,39 @@ def test_list_records_skips_temporaries_and_strange_names(tmp_path: Path) -> Non
         (folder / name).write_text("{}")
     assert list_records(str(tmp_path), "containers") == [".dot", "a", "b"]
     assert list_records(str(tmp_path), "pods") == []
+
+
+# File names in a state subdirectory -> whether each kind lists them (a record's name, then ".json").
+LISTED = [
+    ("abc.json", True, True),
+    ("a" * 250 + ".json", True, True),
+    ("A-b_c+d.e.json", True, True),
+    (".x.json", True, True),          # a leading dot is legal in an id
+    ("....json", True, True),         # "...", a legal id
+    ("..json", False, False),         # "."
+    ("...json", False, False),        # ".."
+    (".json", False, False),          # no name
+    ("pod:x@y.json", False, True),    # ":" and "@" only in a pod key
+    ("a b.json", False, False),
+    ("é.json", False, False),
+    ("abc.json.tmp", False, False),
+    (".abc.4242.tmp", False, False),  # a temporary
+    ("abc.JSON", False, False),
+    ("abc.json\n", False, False),
+    ("abc", False, False),
+]
+
+
+@pytest.mark.parametrize("name, container, pod", LISTED, ids=[repr(e[0][:24]) for e in LISTED])
+def test_a_listing_takes_exactly_the_names_a_record_can_have(tmp_path: Path, name: str, container: bool,
+                                                              pod: bool) -> None:
+    """The listing's one match per file name agrees with is_plain_name, the names record_path takes."""
+    for kind, listed in (("containers", container), ("pods", pod)):
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / name).write_text("{}")
+        stem = name[:-len(".json")]
+        assert (list_records(str(tmp_path), kind) == [stem]) is listed, kind
+        assert listed == (name.endswith(".json") and is_plain_name(stem, store.KINDS[kind])), kind
 
 
 def test_list_remembered_gives_a_record_only_while_its_file_is_the_one_remembered(tmp_path: Path) -> None:

@@ -166,6 +166,8 @@ class NriEngine:
         # The node facts' generation the other tracked containers were last decided on.
         self.decided_generation = 0
         self._decided: Optional[NodeFacts] = None  # those facts
+        # compute_checkpoint_moved's last answer: (before, now, moved).
+        self._moved: Tuple[Optional[NodeFacts], Optional[NodeFacts], Optional[Moved]] = (None, None, None)
         self._last: Optional[NodeFacts] = None
         self.exclusivity_failures = 0
         self.redone = 0
@@ -185,12 +187,25 @@ class NriEngine:
     def refresh(self) -> None:
         """Read the node's facts between events (the plugin's watch saw kubelet's checkpoint change):
         what changed is parsed now, off the next request's path, which then finds it read (its own
-        stat of the file still decides). A fact that cannot be read is left for that request to
-        report, as it would be without this read."""
+        stat of the file still decides), and so is what moved since the tracked containers were last
+        decided (_moved_since). A fact that cannot be read is left for that request to report, as it
+        would be without this read."""
         try:
-            self.facts()
+            node = self.facts()
         except HookError:
-            pass
+            return
+        if self._decided is not None and node.generation != self.decided_generation:
+            self._moved_since(self._decided, node)  # what _others will ask for these facts
+
+    def _moved_since(self, before: Optional[NodeFacts], now: NodeFacts) -> Optional[Moved]:
+        """compute_checkpoint_moved(before, now), computed once per pair of facts (O(kubelet's
+        entries): refresh computes it while the plugin waits, the next event's _others finds it)."""
+        known = self._moved
+        if known[0] is before and known[1] is now:
+            return known[2]
+        moved = compute_checkpoint_moved(before, now)
+        self._moved = (before, now, moved)
+        return moved
 
     def last_online(self) -> FrozenSet[int]:
         """The online CPUs of the facts read last (read now when none were): bounds the runtime's
@@ -273,7 +288,7 @@ class NriEngine:
             return ()
         before, self._decided = self._decided, node
         self.decided_generation = node.generation
-        moved = compute_checkpoint_moved(before, node)
+        moved = self._moved_since(before, node)
         updates: List[Update] = []
         for cid, known in list_remembered(self.state_dir, "containers"):
             if cid == exclude or (known is not None and moved is not None and self._unmoved(node, cid, known, moved)):
@@ -327,9 +342,13 @@ class NriEngine:
             return True
         if node.checkpoint is None:
             return False
-        key = (rec.identity.pod_uid, rec.identity.container)
-        entry = compute_assigned(node.checkpoint, key[0], key[1], cid) or frozenset()
-        return key not in moved.keys and cid not in moved.ids and not ((rec.exclusive | entry) & moved.contested)
+        identity = rec.identity
+        if (identity.pod_uid, identity.container) in moved.keys or cid in moved.ids:
+            return False
+        if not moved.contested:  # no CPU that two entries claim (the usual case): no entry to look up
+            return True
+        entry = compute_assigned(node.checkpoint, identity.pod_uid, identity.container, cid) or frozenset()
+        return not ((rec.exclusive | entry) & moved.contested)
 
     # -- the events ----------------------------------------------------------------------------
 

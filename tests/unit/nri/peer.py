@@ -114,10 +114,11 @@ class Running:
 
     def __init__(self, handlers: Any, reporter: Any, register_error: Optional[str] = None,
                  reconcile_interval: float = 0, registration_timeout: float = 5.0,
-                 identity: Identity = DEFAULT_IDENTITY, watch: Any = None) -> None:
+                 identity: Identity = DEFAULT_IDENTITY, watch: Any = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.plugin = Plugin(handlers, identity, reporter, reconcile_interval=reconcile_interval,
-                             registration_timeout=registration_timeout, watch=watch)
+                             registration_timeout=registration_timeout, watch=watch, clock=clock)
         self.peer = RuntimePeer(theirs, register_error)
         self.peer.settle = self.settle
         self.code: Optional[int] = None

@@ -38,6 +38,7 @@ from .peer import Running, RuntimePeer, create_request, pod_and_container
 
 APP = "a1" * 32
 OTHER = "b2" * 32
+OTHER_UID = "11111111-2222-3333-4444-555555555555"
 SIDECAR = "5c" * 32
 REPO = Path(__file__).resolve().parents[3]
 
@@ -491,6 +492,44 @@ def test_a_bug_outside_any_request_ends_no_process(fake_node: Callable[..., Any]
         running.finish()
 
 
+class Ordered(Handlers):
+    """Handlers that note the order of creations and periodic reconciles."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.order: List[str] = []
+
+    def create_container(self, req: Any) -> Any:
+        self.order.append("create")
+        return super().create_container(req)
+
+    def reconcile(self) -> None:
+        self.order.append("reconcile")
+        super().reconcile()
+
+
+def test_a_request_read_when_the_reconcile_is_due_is_answered_before_it(fake_node: Callable[..., Any],
+                                                                         reporter: Any) -> None:
+    """The periodic reconcile looks at every record (about 0.4 ms each): a request that arrives as it
+    falls due is answered first, not after it."""
+    node = fake_node(version=1)
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    now = [0.0]
+    handlers = Ordered(load_config(node.config_path), reporter.reporter)
+    running = Running(handlers, reporter.reporter, reconcile_interval=10, clock=lambda: now[0])
+    try:
+        running.peer.handshake()
+        assert handlers.order == []
+        now[0] = 100.0  # the reconcile is due when the next request is read
+        running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        deadline = time.monotonic() + 5
+        while len(handlers.order) < 2 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert handlers.order == ["create", "reconcile"]
+    finally:
+        running.finish()
+
+
 @pytest.mark.parametrize("journal, dev_log, to_stderr", [
     (False, "socket", False),  # a host with journald: syslog, and stderr for warnings and errors
     (True, "socket", True),  # under systemd: stderr is the journal
@@ -583,3 +622,50 @@ def test_kubelets_checkpoint_read_between_requests(fake_node: Callable[..., Any]
     finally:
         running.finish()
     assert watch is None or watch.fileno() is None  # closed with the plugin
+
+
+@pytest.mark.parametrize("watched,moved_by_the_request", [
+    pytest.param(True, [], id="watched-compared-while-idle"),
+    pytest.param(False, [True], id="unwatched-compared-by-the-request"),
+])
+def test_what_kubelets_checkpoint_moved_is_found_between_requests(fake_node: Callable[..., Any], reporter: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch, watched: bool,
+                                                                   moved_by_the_request: List[bool]) -> None:
+    """Once a watched checkpoint changed, the plugin compares it with the one its tracked containers
+    were decided on while it waits (every entry: O(kubelet's containers)); the next request uses that
+    comparison. The answers are the same either way: the new container gets kubelet's entry, the
+    tracked one (its entry unchanged) no update."""
+    from mixed_cpus_hook.node.inotify import FileWatch
+    from mixed_cpus_hook.usecases import nri as engine
+
+    node = fake_node(version=1, online="0-7")
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    node.add_container(OTHER, name="other", cpus="4-5", quota=200000, pod_quota=200000, pod_uid=OTHER_UID)
+    app_uid = pod_and_container(APP)[0].uid
+    node.write_checkpoint({app_uid: {"app": "2-3"}})
+    compared: List[bool] = []  # at each comparison: whether a request was being answered
+    real = engine.compute_checkpoint_moved
+
+    def counted(before: Any, now: Any) -> Any:
+        compared.append(running.plugin.reporter.holding)
+        return real(before, now)
+
+    monkeypatch.setattr(engine, "compute_checkpoint_moved", counted)
+    watch = FileWatch(node.kubelet_state) if watched else None
+    running = Running(Handlers(load_config(node.config_path), reporter.reporter), reporter.reporter, watch=watch)
+    try:
+        running.peer.handshake()
+        running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        del compared[:]
+        node.write_checkpoint({app_uid: {"app": "2-3"}, OTHER_UID: {"other": "5"}})  # kubelet admits other's pod
+        end = time.monotonic() + 5
+        while watched and not compared and time.monotonic() < end:
+            time.sleep(0.002)
+        assert compared == ([False] if watched else [])
+        del compared[:]
+        resp = running.peer.call("CreateContainer", create_request(OTHER, name="other", cpus="4-5", pod_uid=OTHER_UID),
+                                 api.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0-1,5" and list(resp.update) == []
+        assert compared == moved_by_the_request
+    finally:
+        running.finish()

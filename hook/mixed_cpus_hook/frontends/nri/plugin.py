@@ -442,7 +442,8 @@ class Plugin:
                 deadline = None
             elif deadline is not None and self.clock() >= deadline:
                 return f"not configured by the runtime within {self.registration_timeout:g} s of registering"
-            self._maybe_reconcile()
+            if not inbox:  # requests just read are answered first: a due reconcile runs at the next turn
+                self._maybe_reconcile()
 
     def _register_watch(self, poller: "select.poll", watched: Optional[int]) -> Optional[int]:
         """Keep the poller on the watch's current descriptor (it changes when the directory went and
