@@ -2,10 +2,11 @@
 """One NRI event's wall time from cold caches, in-process: checkouts and measuring devices side by side.
 
 In the reference tool (``nri_reference.py``) five containerd instances run between two requests of
-the plugin and evict its code and data from the caches, so an answer there costs two to four times
-what the same handler costs in a warm loop (``nri_request_cost.py``). This reproduces that in-process
-on this machine's own caches: before every event a buffer (``--flush`` MiB, default 8: more than this
-machine's per-core caches) is copied over, then the event's request is decoded, handled by the real
+the plugin and evict its code and data from the caches, the shared last-level cache too, so an answer
+there costs two to four times what the same handler costs in a warm loop (``nri_request_cost.py``).
+This reproduces that in-process on this machine's own caches: before every event a buffer
+(``--flush`` MiB; default twice the largest cache sysfs lists, at least 8: every line the plugin used
+is then fetched from memory again, as in the tool) is copied over, then the event's request is decoded, handled by the real
 ``Handlers`` and its answer encoded, timed with ``perf_counter_ns`` (as ``nri_request_cost.py``
 builds them: containerd 1.7's requests, a real cgroup v1 pod cgroup, the state on tmpfs). Each
 variant runs in a child process of its own; the children run interleaved in ``--rounds`` rounds
@@ -56,7 +57,7 @@ from mixed_cpus_hook.frontends.nri.handlers import Handlers
 from mixed_cpus_hook.frontends.nri.plugin import METHODS, settle_memory  # requests decoded as the plugin does
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
-flush = bytearray(int(os.environ["MCH_COLD_FLUSH"]))
+flush = memoryview(bytearray(int(os.environ["MCH_COLD_FLUSH"])))  # copied into in place: no page faults
 source = bytes(len(flush))
 pod = b.Pod()
 state = os.environ["MCH_COLD_STATE"]
@@ -112,6 +113,32 @@ def format_row(label: str, p50s: Dict[str, float], first: Optional[Dict[str, flo
     return f"{label:44.44s} " + " ".join(cells)
 
 
+def parse_cache_size(text: str) -> int:
+    """KiB of a cache as sysfs writes its size ("32K", "32768K", "1M"); 0 for anything else."""
+    text = text.strip()
+    scale = {"K": 1, "M": 1024}.get(text[-1:], 0)
+    return int(text[:-1]) * scale if scale and text[:-1].isdigit() else 0
+
+
+def compute_flush_mib(sizes_kib: Sequence[int]) -> int:
+    """The buffer that evicts every cache: twice the largest (the shared last-level cache), at least
+    8 MiB (a machine whose sysfs lists no cache)."""
+    return max(8, -(-2 * max(sizes_kib, default=0) // 1024))
+
+
+def read_cache_sizes(sys_root: str = "/sys") -> List[int]:
+    """KiB of each cache of CPU 0 that sysfs lists (none when it lists none)."""
+    folder = os.path.join(sys_root, "devices/system/cpu/cpu0/cache")
+    sizes = []
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, entry, "size"), encoding="ascii") as f:
+                sizes.append(parse_cache_size(f.read()))
+        except OSError:
+            continue
+    return sizes
+
+
 def write_config(state: str) -> str:
     """The plugin's config for a run in ``state`` (its records below it; the pod's namespace "perf"
     allowed, no kubelet checkpoint, as in nri_request_cost.py); returns its path."""
@@ -144,7 +171,8 @@ def main(argv: Sequence[str]) -> int:
                     "default: this checkout's)")
     ap.add_argument("--devices", action="store_true", help="also the duties device and the Go plugin's work in "
                     "Python, on the first --hook")
-    ap.add_argument("--flush", type=int, default=8, help="MiB copied over before each event (default 8)")
+    ap.add_argument("--flush", type=int, help="MiB copied over before each event (default: twice the largest "
+                    "cache, at least 8)")
     ap.add_argument("--cycles", type=int, default=250, help="asking containers per child (default 250)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     args = ap.parse_args(argv)
@@ -152,6 +180,8 @@ def main(argv: Sequence[str]) -> int:
             or not os.path.isdir("/sys/fs/cgroup/cpu"):
         print("nri_cold_latency: needs root and cgroup v1 cpuset and cpu under /sys/fs/cgroup")
         return 2
+    if args.flush is None:
+        args.flush = compute_flush_mib(read_cache_sizes())
     hooks = [os.path.abspath(h) for h in args.hook] or [os.path.join(REPO, "hook")]
     for h in hooks:
         if not os.path.isfile(os.path.join(os.path.dirname(h), "benchmarks", "nri_request_cost.py")):

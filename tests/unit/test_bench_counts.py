@@ -137,6 +137,30 @@ def test_cold_latency_takes_the_median_of_the_rounds_p50s_and_ratios_to_the_firs
                            first).split() == ["b", "2.0", "(0.50)", "1.5", "(1.50)", "1.0", "(0.50)"]
 
 
+@pytest.mark.parametrize("text,kib", [("32K", 32), ("32768K\n", 32768), ("1M", 1024), ("", 0), ("K", 0),
+                                      ("12G", 0), ("-1K", 0), ("abc", 0)],
+                         ids=["l1", "l3-newline", "mib", "empty", "no-number", "unknown-unit", "negative", "text"])
+def test_cold_latency_reads_a_cache_size_as_sysfs_writes_it(text: str, kib: int) -> None:
+    assert cold.parse_cache_size(text) == kib
+
+
+@pytest.mark.parametrize("sizes,mib", [([32, 32, 1024, 32768], 64), ([32, 256, 6144], 12), ([], 8), ([512], 8),
+                                       ([32, 5000], 10)],
+                         ids=["epyc-32mib-l3", "6mib-l3", "none-listed", "small", "rounded-up"])
+def test_cold_latency_flushes_twice_the_largest_cache(sizes: List[int], mib: int) -> None:
+    assert cold.compute_flush_mib(sizes) == mib
+
+
+def test_cold_latency_reads_the_cache_sizes_sysfs_lists(tmp_path: Path) -> None:
+    folder = tmp_path / "devices/system/cpu/cpu0/cache"
+    for index, size in (("index0", "32K"), ("index3", "32768K"), ("index2", "1024K")):
+        (folder / index).mkdir(parents=True)
+        (folder / index / "size").write_text(size + "\n")
+    (folder / "uevent").write_text("")  # not a cache: no size in it
+    assert cold.read_cache_sizes(str(tmp_path)) == [32, 1024, 32768]
+    assert cold.read_cache_sizes(str(tmp_path / "none")) == []
+
+
 def test_cold_latency_config_is_one_the_plugin_loads(tmp_path: Path) -> None:
     from mixed_cpus_hook.node.config import load_config
 

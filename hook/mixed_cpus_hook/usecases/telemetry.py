@@ -52,10 +52,10 @@ class Telemetry:
         self._count_tracked = count_tracked
         self._clock = clock
         self._lock = threading.Lock()
-        self._requests: Dict[str, int] = {}
         self._errors: Dict[Tuple[str, str], int] = {}
         # event -> [count per bucket (not cumulative; the last slot: above every bucket), sum, count]:
-        # one slot is counted on the request path, the cumulative counts are summed at a scrape.
+        # one slot is counted on the request path, the cumulative counts are summed at a scrape (the
+        # count is also the event's requests).
         self._histograms: Dict[str, List[Any]] = {}
         self._admitted = 0
         self._pod_quota_raised = 0
@@ -69,10 +69,8 @@ class Telemetry:
         """One runtime request answered (or failed) after ``seconds``."""
         slot = bisect_left(self.buckets, seconds)  # the first bucket with seconds <= its bound
         with self._lock:
-            self._requests[event] = self._requests.get(event, 0) + 1
-            hist = self._histograms.get(event)
-            if hist is None:
-                hist = self._histograms[event] = [[0] * (len(self.buckets) + 1), 0.0, 0]
+            hist = self._histograms.get(event) or self._histograms.setdefault(
+                event, [[0] * (len(self.buckets) + 1), 0.0, 0])
             hist[0][slot] += 1
             hist[1] += seconds
             hist[2] += 1
@@ -107,7 +105,7 @@ class Telemetry:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            snap = Snapshot(dict(self._requests), dict(self._errors),
+            snap = Snapshot({k: n for k, (_c, _t, n) in self._histograms.items()}, dict(self._errors),
                             {k: (list(accumulate(c[:-1])), t, n) for k, (c, t, n) in self._histograms.items()},
                             self._admitted, self._pod_quota_raised, self._connected, self._connected_since, None)
         if self.pool_stats is not None:

@@ -9,7 +9,7 @@ a field number or a header layout in the package is wrong.
 from __future__ import annotations
 
 import struct
-from typing import List
+from typing import List, Tuple
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -82,6 +82,50 @@ def test_frame_reader_any_split() -> None:
     for i in range(len(stream)):
         bytewise += reader.feed(stream[i:i + 1])
     assert whole == bytewise == expected and reader.pending == 0
+
+
+# Reads as the socket gives them -> the frames each read yields (a read of exactly one whole frame, the
+# usual one, is taken without the reassembly buffer; every other shape goes through it).
+TT_READS = [
+    ("one-whole-frame", [ttrpc.format_frame(1, 1, 0, b"abc")], [[ttrpc.Frame(1, 1, 0, b"abc")]]),
+    ("empty-data", [ttrpc.format_frame(3, 1, 0, b"")], [[ttrpc.Frame(3, 1, 0, b"")]]),
+    ("one-and-a-half", [ttrpc.format_frame(1, 1, 0, b"abc") + ttrpc.format_frame(3, 1, 0, b"xyz")[:12],
+                        ttrpc.format_frame(3, 1, 0, b"xyz")[12:]],
+     [[ttrpc.Frame(1, 1, 0, b"abc")], [ttrpc.Frame(3, 1, 0, b"xyz")]]),
+    ("whole-frame-after-held-bytes", [ttrpc.format_frame(1, 1, 0, b"abc")[:4], ttrpc.format_frame(1, 1, 0, b"abc")[4:],
+                                      ttrpc.format_frame(3, 1, 0, b"z")],
+     [[], [ttrpc.Frame(1, 1, 0, b"abc")], [ttrpc.Frame(3, 1, 0, b"z")]]),
+    ("oversized-whole", [struct.pack(">IIBB", 9, 5, 1, 0) + b"x" * 9, ttrpc.format_frame(7, 1, 0, b"ok")],
+     [[ttrpc.Frame(5, 1, 0, b"", discarded=9)], [ttrpc.Frame(7, 1, 0, b"ok")]]),
+]
+
+
+@pytest.mark.parametrize("reads,frames", [c[1:] for c in TT_READS], ids=[c[0] for c in TT_READS])
+def test_frame_reader_takes_each_read_as_it_comes(reads: List[bytes], frames: List[List[ttrpc.Frame]]) -> None:
+    reader = ttrpc.FrameReader(max_message=8)
+    assert [reader.feed(r) for r in reads] == frames and reader.pending == 0
+
+
+MUX_READS = [
+    ("one-whole-frame", [mux.format_frames(1, b"abc")], [[(1, b"abc")]]),
+    ("empty-payload", [mux.format_frames(2, b"")], [[(2, b"")]]),
+    ("one-and-a-half", [mux.format_frames(1, b"abc") + mux.format_frames(2, b"xyz")[:9],
+                        mux.format_frames(2, b"xyz")[9:]], [[(1, b"abc")], [(2, b"xyz")]]),
+    ("whole-frame-after-held-bytes", [mux.format_frames(1, b"abc")[:3], mux.format_frames(1, b"abc")[3:],
+                                      mux.format_frames(2, b"z")], [[], [(1, b"abc")], [(2, b"z")]]),
+    ("two-whole-frames", [mux.format_frames(1, b"a") + mux.format_frames(2, b"b")], [[(1, b"a"), (2, b"b")]]),
+]
+
+
+@pytest.mark.parametrize("reads,chunks", [c[1:] for c in MUX_READS], ids=[c[0] for c in MUX_READS])
+def test_demux_takes_each_read_as_it_comes(reads: List[bytes], chunks: List[List[Tuple[int, bytes]]]) -> None:
+    demux = mux.Demux()
+    assert [demux.feed(r) for r in reads] == chunks and demux.pending == 0
+
+
+def test_demux_refuses_a_whole_oversized_frame() -> None:
+    with pytest.raises(mux.MuxError, match="frame of 9 bytes for connection 1 exceeds the maximum of 8"):
+        mux.Demux(max_payload=8).feed(struct.pack(">II", 1, 9) + b"x" * 9)
 
 
 def test_frame_reader_discards_oversized_and_goes_on() -> None:

@@ -51,6 +51,7 @@ REGISTRATION_TIMEOUT = 5.0  # api.DefaultPluginRegistrationTimeout
 SLOW_REQUEST = 1.0  # warn when a request took this long (NRI's default timeout is 2 s)
 BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 RECV_SIZE = 1 << 16
+POLLIN, POLLOUT, POLLHUP_ERR = select.POLLIN, select.POLLOUT, select.POLLHUP | select.POLLERR
 NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+\Z")
 INDEX_RE = re.compile(r"[0-9][0-9]\Z")
 
@@ -306,10 +307,14 @@ class Plugin:
 
     def _timeout(self, deadline: Optional[float], out: Optional[Outbox] = None) -> Optional[float]:
         """Seconds until the next thing to do (None: block until the socket or a signal)."""
-        times = [t for t in (self._next_reconcile, deadline) if t is not None]
+        first = self._next_reconcile  # the earliest of it, the deadline and the stalled answer's (one turn each)
+        if deadline is not None and (first is None or deadline < first):
+            first = deadline
         if out is not None and out.pending:
-            times.append(out.since + self.write_timeout)
-        return max(0.0, min(times) - self.clock()) if times else None
+            stalled = out.since + self.write_timeout
+            if first is None or stalled < first:
+                first = stalled
+        return None if first is None else max(0.0, first - self.clock())
 
     def _drain_wake(self) -> None:
         try:
@@ -361,14 +366,16 @@ class Plugin:
             chunks = demux.feed(data)
         except mux.MuxError as exc:
             return f"protocol error: {exc}"
-        dropped: Dict[int, int] = {}
+        dropped: Optional[Dict[int, int]] = None
         for conn_id, payload in chunks:
             reader = readers.get(conn_id)
             if reader is None:
+                dropped = dropped or {}
                 dropped[conn_id] = dropped.get(conn_id, 0) + len(payload)
                 continue
-            inbox.extend((conn_id, f) for f in reader.feed(payload))
-        for conn_id, size in dropped.items():  # one line per read, not per frame
+            for frame in reader.feed(payload):
+                inbox.append((conn_id, frame))
+        for conn_id, size in (dropped or {}).items():  # one line per read, not per frame
             self._repeats.error(f"nri: mux: {size} bytes for connection {conn_id} dropped (only 1 and 2 are NRI's)")
         return None
 
@@ -414,26 +421,27 @@ class Plugin:
             if out.stalled(self.write_timeout):
                 return (f"the runtime read nothing of {out.pending} bytes of answers for {self.write_timeout:g} s: "
                         "connection dropped")
-            events = (select.POLLIN if not inbox and out.pending < MAX_OUTBOUND else 0) | (
-                select.POLLOUT if out.pending else 0)
+            events = (POLLIN if not inbox and out.pending < MAX_OUTBOUND else 0) | (POLLOUT if out.pending else 0)
             if events != registered:
                 poller.register(fd, events)  # re-registering replaces the mask
                 registered = events
-            watched = self._register_watch(poller, watched)
+            if self.watch is not None:
+                watched = self._register_watch(poller, watched)
             timeout = self._timeout(deadline, out)
             ready = dict(poller.poll(None if timeout is None else timeout * 1000))
             if self.is_stopping():
                 return "stopped"
             if self._wake_r in ready:
                 self._drain_wake()
+            revents = ready.get(fd, 0)
             if watched is not None and watched in ready and self.watch is not None and self.watch.drain() \
-                    and not ready.get(fd, 0) & select.POLLIN:
+                    and not revents & POLLIN:
                 self._refresh()  # with a request waiting, the request reads the facts itself
-            if ready.get(fd, 0) & (select.POLLIN | select.POLLHUP | select.POLLERR) and events & select.POLLIN:
+            if revents & (POLLIN | POLLHUP_ERR) and events & POLLIN:
                 failure = self._read(sock, demux, readers, inbox)
                 if failure:
                     return failure
-            elif ready.get(fd, 0) & (select.POLLHUP | select.POLLERR) and not events & select.POLLIN:
+            elif revents & POLLHUP_ERR and not events & POLLIN:
                 try:
                     out.flush()
                 except OSError as exc:
@@ -442,8 +450,8 @@ class Plugin:
                 deadline = None
             elif deadline is not None and self.clock() >= deadline:
                 return f"not configured by the runtime within {self.registration_timeout:g} s of registering"
-            if not inbox:  # requests just read are answered first: a due reconcile runs at the next turn
-                self._maybe_reconcile()
+            if not inbox and self._next_reconcile is not None and self.clock() >= self._next_reconcile:
+                self._maybe_reconcile()  # not before the requests just read: they are answered first
 
     def _register_watch(self, poller: "select.poll", watched: Optional[int]) -> Optional[int]:
         """Keep the poller on the watch's current descriptor (it changes when the directory went and

@@ -35,6 +35,8 @@ def format_frames(conn_id: int, data: bytes, chunk: int = CHUNK) -> bytes:
     """``data`` for connection ``conn_id`` as frames of at most ``chunk`` payload bytes."""
     if conn_id == RESERVED_CONN:
         raise MuxError("mux: connection id 0 is reserved")
+    if len(data) <= chunk:  # one frame (every answer but a large Synchronize's)
+        return HEADER.pack(conn_id, len(data)) + data
     out = bytearray()
     for start in range(0, max(len(data), 1), chunk):
         piece = data[start:start + chunk]
@@ -50,6 +52,10 @@ class Demux:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> List[Tuple[int, bytes]]:
+        if not self._buf and len(data) >= HEADER_LEN:  # nothing held: a read of exactly one frame is the usual one
+            conn_id, length = HEADER.unpack_from(data)
+            if len(data) == HEADER_LEN + length and length <= self.max_payload:
+                return [(conn_id, data[HEADER_LEN:])]
         self._buf += data
         out: List[Tuple[int, bytes]] = []
         buf, at, end = self._buf, 0, len(self._buf)

@@ -104,6 +104,10 @@ class FrameReader:
         self._skip = 0
 
     def feed(self, data: bytes) -> List[Frame]:
+        if not self._buf and not self._skip and len(data) >= HEADER_LEN:  # nothing held: exactly one frame?
+            length, stream_id, mtype, flags = HEADER.unpack_from(data)
+            if len(data) == HEADER_LEN + length and length <= self.max_message:
+                return [Frame(stream_id, mtype, flags, data[HEADER_LEN:])]
         self._buf += data
         frames: List[Frame] = []
         while True:
@@ -278,7 +282,7 @@ class Server:
             if len(data) > MAX_MESSAGE:
                 return self._status(sid, RESOURCE_EXHAUSTED, f"response of {len(data)} bytes exceeds the maximum "
                                     f"message size of {MAX_MESSAGE}", describe_frame(frame, served))
-            return format_frame(sid, TYPE_RESPONSE, 0, data)
+            return HEADER.pack(len(data), sid, TYPE_RESPONSE, 0) + data  # format_frame, its bound checked above
         except RpcError as exc:
             return self._status(sid, exc.code, exc.message, describe_frame(frame, served))
         except Exception as exc:  # noqa: BLE001 - one request must never end the connection's server
