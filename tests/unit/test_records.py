@@ -283,6 +283,8 @@ def test_list_records_skips_temporaries_and_strange_names(tmp_path: Path) -> Non
 # File names in a state subdirectory -> whether each kind lists them (a record's name, then ".json").
 LISTED = [
     ("abc.json", True, True),
+    ("0a1B" * 16 + ".json", True, True),  # containerd's ids: the listing's shortcut
+    ("\u0661\u0662.json", False, False),  # letters and digits, not ASCII ones
     ("a" * 250 + ".json", True, True),
     ("A-b_c+d.e.json", True, True),
     (".x.json", True, True),          # a leading dot is legal in an id
@@ -304,7 +306,8 @@ LISTED = [
 @pytest.mark.parametrize("name, container, pod", LISTED, ids=[repr(e[0][:24]) for e in LISTED])
 def test_a_listing_takes_exactly_the_names_a_record_can_have(tmp_path: Path, name: str, container: bool,
                                                               pod: bool) -> None:
-    """The listing's one match per file name agrees with is_plain_name, the names record_path takes."""
+    """The listing (its shortcut for names of ASCII letters and digits, is_plain_name for the others)
+    takes exactly the names record_path takes."""
     for kind, listed in (("containers", container), ("pods", pod)):
         (tmp_path / kind).mkdir()
         (tmp_path / kind / name).write_text("{}")

@@ -22,7 +22,6 @@ import fcntl
 import json
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 import os
-import re
 import stat
 
 from ..core.bounds import MAX_PERIOD, MAX_QUOTA
@@ -789,34 +788,20 @@ def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
     """(name, path, inode) of the records of one kind, sorted by name (one getdents: no stat)."""
     folder = _FOLDERS.get((state_dir, kind)) or os.path.join(state_dir, kind)
     _check_dir(folder)
-    match = _RECORD_FILE.get(kind) or _record_file(kind)
     try:
         with os.scandir(folder) as it:
-            entries = [(e.name[:-5], e.path, e.inode()) for e in it if match(e.name) and e.name not in _DOT_FILES]
+            entries = [(e.name[:-5], e.path, e.inode()) for e in it if e.name.endswith(".json")]
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+    # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed. A name of
+    # ASCII letters and digits (containerd's and CRI-O's ids) is plain without a Python call per name
+    # (the NRI plugin lists its records at each change of kubelet's checkpoint).
+    pattern = KINDS[kind]
+    entries = [e for e in entries if (e[0].isascii() and e[0].isalnum()) or is_plain_name(e[0], pattern)]
     entries.sort()  # by name: names are distinct
     return entries
-
-
-# A record file's name: a plain name of its kind (is_plain_name's pattern) and ".json", matched in
-# one call per directory entry (the NRI plugin lists its records at each change of kubelet's
-# checkpoint; is_plain_name is a Python call and a strip over its characters). Temporaries
-# (".<name>.<pid>.tmp") do not match; a leading dot is legal in an id (".x", "...") but "." and ".."
-# are never names. Compiled at the first listing (hook mode's start rarely lists).
-_RECORD_FILE: Dict[str, Callable[[str], Any]] = {}
-
-
-def _record_file(kind: str) -> Callable[[str], Any]:
-    pattern = KINDS[kind]
-    assert pattern.startswith("^") and pattern.endswith("\\Z"), pattern
-    match = _RECORD_FILE[kind] = re.compile(f"(?:{pattern[1:-2]})\\.json").fullmatch
-    return match
-
-
-_DOT_FILES = ("..json", "...json")
 
 
 def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:
