@@ -165,16 +165,21 @@ def run_child(hook: str, device: str, flush_mib: int, cycles: int, tmp: str) -> 
     return parse_child_output(done.stdout)
 
 
-def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cold_args(ap: argparse.ArgumentParser, what: str) -> None:
+    """--hook, --flush and --rounds, as the memory-cold benchmarks take them (``what``: flushed before each)."""
     ap.add_argument("--hook", action="append", default=[], help="a checkout's hook directory (repeatable; "
                     "default: this checkout's)")
+    ap.add_argument("--flush", type=int, help=f"MiB copied over before each {what} (default: twice the largest "
+                    "cache, at least 8)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_cold_args(ap, "event")
     ap.add_argument("--devices", action="store_true", help="also the duties device and the Go plugin's work in "
                     "Python, on the first --hook")
-    ap.add_argument("--flush", type=int, help="MiB copied over before each event (default: twice the largest "
-                    "cache, at least 8)")
     ap.add_argument("--cycles", type=int, default=250, help="asking containers per child (default 250)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0 or not os.path.isfile("/sys/fs/cgroup/cpuset/cpuset.cpus") \
             or not os.path.isdir("/sys/fs/cgroup/cpu"):

@@ -304,3 +304,23 @@ def test_the_plugins_memory_growth_is_per_1000_containers(start: int, end: int, 
                                 "sample_end": {"plugin": {"rss_kib": end}},
                                 "times_ms": {"create": [1.0] * cycles}}}}
     assert ref.format_rss_growth(result) == text
+
+
+import nri_loop_cold as loop  # noqa: E402
+
+
+def test_loop_cold_takes_the_median_of_the_rounds_and_ratios_to_the_lean_server() -> None:
+    p50s = loop.compute_p50s({"lean": [100.0, 120.0, 110.0], "hook": [150.0, 165.0, 140.0]})
+    assert p50s == {"lean": 110.0, "hook": 150.0}
+    assert [line.split() for line in loop.format_rows(p50s, "lean")] == [["lean", "110.0", "us"],
+                                                                        ["hook", "150.0", "us", "(1.36)"]]
+
+
+@pytest.mark.skipif(not loop.shutil.which("taskset"), reason="no taskset")
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-server", "plugin"])
+def test_loop_cold_answers_come_from_each_server_for_real(tmp_path: Path, lean: bool) -> None:
+    """Both servers run as processes and answer the requests (a few, a small flush): the benchmark works."""
+    flush = memoryview(bytearray(1 << 16))
+    p50 = loop.run_variant(os.path.join(loop.REPO, "hook"), lean, sorted(os.sched_getaffinity(0))[-1], flush,
+                           bytes(len(flush)), 3, str(tmp_path))
+    assert 0 < p50 < 1e6 and os.listdir(tmp_path) == []
