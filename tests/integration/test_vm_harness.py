@@ -9,8 +9,10 @@ coming back to the host.
 
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict
 
 import pytest
@@ -85,3 +87,36 @@ exit {rc}
         with open(os.path.join(rwdir, "guest-file.txt")) as f:
             assert f.read() == "hello from the guest\n"
         assert result.elapsed > 0
+
+
+# The stall watchdog, on a plain process (no VM): what run_in_vm's stall_timeout rests on.
+def test_a_script_that_keeps_writing_is_waited_for(tmp_path) -> None:
+    proc = subprocess.Popen(["sh", "-c", f"for i in 1 2 3 4 5 6 7 8; do touch {tmp_path}/f$i; sleep 0.5; done"])
+    try:
+        vm._wait_with_progress(proc, tmp_path, time.monotonic() + 60, stall_timeout=1.5)
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_script_that_writes_nothing_is_found_stalled(tmp_path) -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        start = time.monotonic()
+        with pytest.raises(vm._Stalled):
+            vm._wait_with_progress(proc, tmp_path, start + 60, stall_timeout=1.0)
+        assert time.monotonic() - start < 10 and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_deadline_still_ends_the_wait(tmp_path) -> None:
+    proc = subprocess.Popen(["sh", "-c", f"while :; do touch {tmp_path}/f; sleep 0.2; done"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            vm._wait_with_progress(proc, tmp_path, time.monotonic() + 3, stall_timeout=1.0)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 __all__ = [
     "DEFAULT_VENV_DIR",
@@ -53,6 +53,7 @@ __all__ = [
     "VNG_REQUIREMENT",
     "VMError",
     "VMTimeoutError",
+    "VMStallError",
     "VMResult",
     "ensure_vng",
     "find_kernel",
@@ -98,6 +99,10 @@ class VMTimeoutError(VMError):
 
 class VMBootTimeoutError(VMTimeoutError):
     """The guest never started the script within the boot timeout (it was killed)."""
+
+
+class VMStallError(VMTimeoutError):
+    """The script wrote nothing in ``rwdir`` for the stall timeout (the guest hung; it was killed)."""
 
 
 class VMResult:
@@ -290,6 +295,46 @@ class _BootHung(Exception):
     pass
 
 
+class _Stalled(Exception):
+    pass
+
+
+STALL_POLL = 2.0
+
+
+def compute_newest(rwdir: Path) -> int:
+    """The newest modification time (ns) of the files directly in ``rwdir``: moves whenever the
+    script writes its progress there."""
+    newest = 0
+    with os.scandir(rwdir) as it:
+        for entry in it:
+            try:
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime_ns)
+            except OSError:
+                continue
+    return newest
+
+
+def _wait_with_progress(proc: "subprocess.Popen[str]", rwdir: Path, deadline: float, stall_timeout: float,
+                        clock: Callable[[], float] = time.monotonic) -> None:
+    """proc.wait until ``deadline`` (subprocess.TimeoutExpired past it), and _Stalled as soon as no file in
+    ``rwdir`` changed for ``stall_timeout`` seconds."""
+    last, changed = compute_newest(rwdir), clock()
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(STALL_POLL, deadline - clock())))
+            return
+        except subprocess.TimeoutExpired:
+            now = clock()
+            if now >= deadline:
+                raise
+            newest = compute_newest(rwdir)
+            if newest != last:
+                last, changed = newest, now
+            elif now - changed >= stall_timeout:
+                raise _Stalled() from None
+
+
 def _wait_for_script(proc: "subprocess.Popen[str]", output_path: Path, start: float, boot_timeout: float) -> None:
     """Return once the guest's wrapper has made ``output_path`` (the script runs) or the VM has
     exited; _BootHung when neither happened within ``boot_timeout`` seconds of ``start``."""
@@ -310,6 +355,8 @@ def run_in_vm(
     extra_args: Sequence[str] = (),
     boot_timeout: float = BOOT_TIMEOUT,
     boot_retries: int = 1,
+    stall_timeout: Optional[float] = None,
+    stall_retries: int = 0,
 ) -> VMResult:
     """Boot a throwaway VM, run ``script`` with ``sh`` inside, and power off.
 
@@ -337,21 +384,34 @@ def run_in_vm(
     ``boot_retries`` times, saying so on stderr; then :class:`VMBootTimeoutError`.
     ``timeout`` counts from each boot.
 
+    With ``stall_timeout`` (for a script that writes its progress into ``rwdir`` as it goes), a
+    guest whose script wrote nothing there for that long is killed (:class:`VMStallError`) and run
+    again, at most ``stall_retries`` times, saying so on stderr (seen once in a CI run: the emulated
+    guest stopped in the middle of a step that takes a second, and stayed so for 900 s).
+
     Returns a :class:`VMResult` with the script's exit status and output and
     the elapsed time (boot and power-off included).
     """
-    for attempt in range(boot_retries + 1):
+    boots, stalls = 0, 0
+    while True:
         try:
-            return _run_in_vm_once(script, rwdir, cpus, memory, timeout, kernel, venv_dir, extra_args, boot_timeout)
+            return _run_in_vm_once(script, rwdir, cpus, memory, timeout, kernel, venv_dir, extra_args, boot_timeout,
+                                   stall_timeout)
         except VMBootTimeoutError as exc:
-            if attempt == boot_retries:
+            if boots == boot_retries:
                 raise
+            boots += 1
             sys.stderr.write("vm.py: %s; booting again\n" % str(exc).splitlines()[0])
-    raise AssertionError("unreachable")  # pragma: no cover
+        except VMStallError as exc:
+            if stalls == stall_retries:
+                raise
+            stalls += 1
+            sys.stderr.write("vm.py: %s; running it again\n" % str(exc).splitlines()[0])
 
 
 def _run_in_vm_once(script: str, rwdir: _PathLike, cpus: int, memory: str, timeout: float, kernel: Optional[str],
-                    venv_dir: _PathLike, extra_args: Sequence[str], boot_timeout: float) -> VMResult:
+                    venv_dir: _PathLike, extra_args: Sequence[str], boot_timeout: float,
+                    stall_timeout: Optional[float] = None) -> VMResult:
     rw = Path(rwdir)
     if not rw.is_absolute():
         rw = rw.absolute()
@@ -429,14 +489,21 @@ def _run_in_vm_once(script: str, rwdir: _PathLike, cpus: int, memory: str, timeo
             raise VMError("cannot start %s: %s" % (vng, exc)) from exc
         try:
             _wait_for_script(proc, output_path, start, min(boot_timeout, timeout))
-            proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
-        except (subprocess.TimeoutExpired, _BootHung) as exc:
+            if stall_timeout is None:
+                proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
+            else:
+                _wait_with_progress(proc, rw, start + timeout, stall_timeout)
+        except (subprocess.TimeoutExpired, _BootHung, _Stalled) as exc:
             _kill_group(proc)
             proc.wait()
             console.seek(0)
             if isinstance(exc, _BootHung):
                 raise VMBootTimeoutError("VM did not start the script within %s s of booting (killed)" % min(boot_timeout, timeout),
                                          output="", vng_output=console.read()) from None
+            if isinstance(exc, _Stalled):
+                raise VMStallError("VM script wrote nothing in %s for %s s (killed); script output so far:\n%s"
+                                   % (rws, stall_timeout, _read_text(output_path)),
+                                   output=_read_text(output_path), vng_output=console.read()) from None
             raise VMTimeoutError(
                 "VM did not finish within %s s (killed); script output so far:\n%s" % (timeout, _read_text(output_path)),
                 output=_read_text(output_path),
