@@ -34,6 +34,7 @@ from mixed_cpus_hook.frontends.nri.plugin import (Identity,
 from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
 from mixed_cpus_hook.node.config import load_config
 
+from .hostile import wait_for
 from .peer import Running, RuntimePeer, create_request, pod_and_container
 
 APP = "a1" * 32
@@ -522,9 +523,7 @@ def test_a_request_read_when_the_reconcile_is_due_is_answered_before_it(fake_nod
         assert handlers.order == []
         now[0] = 100.0  # the reconcile is due when the next request is read
         running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
-        deadline = time.monotonic() + 5
-        while len(handlers.order) < 2 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_for(lambda: len(handlers.order) >= 2, 5, "the reconcile")
         assert handlers.order == ["create", "reconcile"]
     finally:
         running.finish()
@@ -611,9 +610,8 @@ def test_kubelets_checkpoint_read_between_requests(fake_node: Callable[..., Any]
         running.peer.handshake()
         del parses[:]
         node.write_checkpoint({pod_and_container(APP)[0].uid: {"app": "3"}})  # kubelet admits the pod
-        end = time.monotonic() + 5
-        while watched and not parses and time.monotonic() < end:
-            time.sleep(0.002)
+        if watched:
+            wait_for(lambda: bool(parses), 5, "the parse while idle")
         assert parses == ([False] if watched else [])
         del parses[:]
         resp = running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
@@ -658,9 +656,8 @@ def test_what_kubelets_checkpoint_moved_is_found_between_requests(fake_node: Cal
         running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
         del compared[:]
         node.write_checkpoint({app_uid: {"app": "2-3"}, OTHER_UID: {"other": "5"}})  # kubelet admits other's pod
-        end = time.monotonic() + 5
-        while watched and not compared and time.monotonic() < end:
-            time.sleep(0.002)
+        if watched:
+            wait_for(lambda: bool(compared), 5, "the comparison while idle")
         assert compared == ([False] if watched else [])
         del compared[:]
         resp = running.peer.call("CreateContainer", create_request(OTHER, name="other", cpus="4-5", pod_uid=OTHER_UID),

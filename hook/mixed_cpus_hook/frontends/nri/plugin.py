@@ -366,16 +366,15 @@ class Plugin:
             chunks = demux.feed(data)
         except mux.MuxError as exc:
             return f"protocol error: {exc}"
-        dropped: Optional[Dict[int, int]] = None
+        dropped: Dict[int, int] = {}
         for conn_id, payload in chunks:
             reader = readers.get(conn_id)
             if reader is None:
-                dropped = dropped or {}
                 dropped[conn_id] = dropped.get(conn_id, 0) + len(payload)
                 continue
             for frame in reader.feed(payload):
                 inbox.append((conn_id, frame))
-        for conn_id, size in (dropped or {}).items():  # one line per read, not per frame
+        for conn_id, size in dropped.items():  # one line per read, not per frame
             self._repeats.error(f"nri: mux: {size} bytes for connection {conn_id} dropped (only 1 and 2 are NRI's)")
         return None
 
@@ -450,8 +449,8 @@ class Plugin:
                 deadline = None
             elif deadline is not None and self.clock() >= deadline:
                 return f"not configured by the runtime within {self.registration_timeout:g} s of registering"
-            if not inbox and self._next_reconcile is not None and self.clock() >= self._next_reconcile:
-                self._maybe_reconcile()  # not before the requests just read: they are answered first
+            if not inbox:  # requests just read are answered first: a due reconcile runs at the next turn
+                self._maybe_reconcile()
 
     def _register_watch(self, poller: "select.poll", watched: Optional[int]) -> Optional[int]:
         """Keep the poller on the watch's current descriptor (it changes when the directory went and

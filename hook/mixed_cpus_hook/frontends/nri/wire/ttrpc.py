@@ -282,7 +282,7 @@ class Server:
             if len(data) > MAX_MESSAGE:
                 return self._status(sid, RESOURCE_EXHAUSTED, f"response of {len(data)} bytes exceeds the maximum "
                                     f"message size of {MAX_MESSAGE}", describe_frame(frame, served))
-            return HEADER.pack(len(data), sid, TYPE_RESPONSE, 0) + data  # format_frame, its bound checked above
+            return format_frame(sid, TYPE_RESPONSE, 0, data)
         except RpcError as exc:
             return self._status(sid, exc.code, exc.message, describe_frame(frame, served))
         except Exception as exc:  # noqa: BLE001 - one request must never end the connection's server
