@@ -54,6 +54,7 @@ import nri_request_cost as b  # puts its checkout's hook/ first on sys.path
 if os.environ.get("MCH_COLD_DEVICE"):
     __import__(os.environ["MCH_COLD_DEVICE"]).install()
 from mixed_cpus_hook.frontends.nri.handlers import Handlers
+from mixed_cpus_hook.frontends.nri import plugin as plugin_module
 from mixed_cpus_hook.frontends.nri.plugin import METHODS, settle_memory  # requests decoded as the plugin does
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.node.log import Reporter
@@ -65,6 +66,7 @@ out = {"CreateContainer": [], "UpdateContainer": [], "StopContainer": []}
 try:
     reporter = Reporter(stream=io.StringIO(), sink=None)
     h = Handlers(load_config(os.path.join(state, "config.yaml"), cache_dir=os.path.join(state, "cache")), reporter)
+    getattr(plugin_module, "defer_writes", lambda engine: None)(h.engine)  # as the plugin runs it (older checkouts: nothing)
     calls = [("CreateContainer", h.create_container), ("UpdateContainer", h.update_container),
              ("StopContainer", h.stop_container)]
     settle_memory()

@@ -32,6 +32,7 @@ import pytest
 from mixed_cpus_hook.core.cgroup import Quota
 from mixed_cpus_hook.core.cpuset import format_cpulist, parse_cpulist
 from mixed_cpus_hook.core.model import Adjustment, Resources
+from mixed_cpus_hook.frontends.nri.plugin import defer_writes
 from mixed_cpus_hook.node.config import load_config
 from mixed_cpus_hook.store.records import list_records
 from mixed_cpus_hook.usecases.nri import ContainerFacts, NriEngine
@@ -55,7 +56,8 @@ class KillAt:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, at: int, cgroup_root: str) -> None:
         self.at, self.count, self.calls = at, 0, []  # type: Tuple[int, int, List[str]]
         self.active = True  # off while the test plays the runtime or kubelet
-        real = {name: getattr(os, name) for name in ("write", "open", "replace", "rename", "unlink", "mkdir")}
+        real = {name: getattr(os, name) for name in ("write", "open", "replace", "rename", "unlink", "mkdir", "pwrite",
+                                                     "ftruncate")}
 
         def point(what: str) -> None:
             if not self.active:
@@ -71,8 +73,18 @@ class KillAt:
             if fd > 2:
                 point(f"write {fd}")
             if fd in cgroup_fds:  # cgroupfs takes the value at write(2): replace it only now
-                os.ftruncate(fd, 0)
+                real["ftruncate"](fd, 0)
             return real["write"](fd, data)
+
+        def pwrite(fd: int, data: bytes, offset: int) -> int:
+            point(f"pwrite {fd}")  # the plugin's journal (the state lock's file), a kept cgroup file
+            if fd in cgroup_fds:
+                real["ftruncate"](fd, 0)
+            return real["pwrite"](fd, data, offset)
+
+        def ftruncate(fd: int, length: int) -> None:
+            point(f"ftruncate {fd}")  # the journal emptied once done
+            real["ftruncate"](fd, length)
 
         def open_(path: Any, flags: int, *args: Any, **kw: Any) -> int:
             if str(path).startswith(cgroup_root + "/"):
@@ -93,6 +105,8 @@ class KillAt:
             return call
 
         monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
         monkeypatch.setattr(os, "open", open_)
         for name in ("replace", "rename", "unlink", "mkdir"):
             monkeypatch.setattr(os, name, wrap(name))
@@ -101,8 +115,8 @@ class KillAt:
 class World:
     """A fake node with one pod (base 1000000) and two asking containers, driven as NRI would."""
 
-    def __init__(self, node: Any, reporter: Any) -> None:
-        self.node, self.reporter = node, reporter
+    def __init__(self, node: Any, reporter: Any, journaling: bool = True) -> None:
+        self.node, self.reporter, self.journaling = node, reporter, journaling
         self.paths = {cid: node.add_container(cid, name=cid, cpus=EXCLUSIVE[cid], quota=BASE, pod_quota=POD_BASE,
                                               pod_uid=POD_UID)
                       for cid in EXCLUSIVE}
@@ -122,8 +136,12 @@ class World:
                 self.kill.active = True
 
     def engine(self) -> NriEngine:
-        """A plugin process: a fresh engine per request (a restarted plugin knows nothing)."""
-        return NriEngine(self.config, self.reporter)
+        """A plugin process: a fresh engine per request (a restarted plugin knows nothing); as the
+        plugin runs it (its records journaled until the answer is sent: after_answer), or not."""
+        engine = NriEngine(self.config, self.reporter)
+        if self.journaling:
+            defer_writes(engine)
+        return engine
 
     def facts(self, cid: str) -> ContainerFacts:
         """What the runtime says of the container: its cgroup's current values (kubelet's at a create)."""
@@ -153,18 +171,25 @@ class World:
                                  None if quota is None else self.node.set_quota(rel, quota)))
 
     # the requests ---------------------------------------------------------------------
+    # Each answered, then what the plugin does once its answer is sent (while the runtime writes it).
     def create(self, cid: str) -> None:
-        self.runtime_writes(cid, self.resources(self.engine().create(self.facts(cid)).adjust))
+        engine = self.engine()
+        self.runtime_writes(cid, self.resources(engine.create(self.facts(cid)).adjust))
+        engine.after_answer()
 
     def update(self, cid: str, cpus: str, quota: Optional[int] = None) -> None:
-        adj = self.engine().update(cid, parse_cpulist(cpus), None if quota is None else Quota(quota, PERIOD)).adjust
+        engine = self.engine()
+        adj = engine.update(cid, parse_cpulist(cpus), None if quota is None else Quota(quota, PERIOD)).adjust
         if adj is None:
             self.kubelet_values(cid, cpus, quota)
         else:
             self.runtime_writes(cid, adj.resources)
+        engine.after_answer()
 
     def stop(self, cid: str) -> None:
-        self.engine().stop(cid)
+        engine = self.engine()
+        engine.stop(cid)
+        engine.after_answer()
 
     def container_goes(self, cid: str) -> None:
         """The runtime removes a stopped container: its cgroup goes."""
@@ -174,9 +199,11 @@ class World:
 
     def synchronize(self, running: List[str]) -> None:
         """The runtime's Synchronize (the running containers with their current values), its updates applied."""
-        answer = self.engine().synchronize([self.facts(cid) for cid in running])
+        engine = self.engine()
+        answer = engine.synchronize([self.facts(cid) for cid in running])
         for update in answer.updates:
             self.runtime_writes(update.container_id, update.resources)
+        engine.after_answer()
 
     def reconcile(self) -> None:
         self.engine().reconcile()
@@ -235,11 +262,12 @@ SCENARIOS: Dict[str, Scenario] = {
 }
 
 
+@pytest.mark.parametrize("journaling", [pytest.param(True, id="journal"), pytest.param(False, id="direct")])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_crash_point_of_the_plugin(node: Any, reporter: Any, monkeypatch: pytest.MonkeyPatch,
-                                         scenario: str) -> None:
+                                         scenario: str, journaling: bool) -> None:
     before, request, without_plugin, running, bases = SCENARIOS[scenario]
-    w = World(node, reporter.reporter)
+    w = World(node, reporter.reporter, journaling)
     before(w)
     pristine = os.path.join(os.path.dirname(node.root), "pristine")
     shutil.copytree(node.root, pristine, symlinks=True)

@@ -98,7 +98,8 @@ def test_remembered_record_paths_are_only_of_names_that_passed_and_bounded(tmp_p
 
 
 # What names a lookup leaves in the record store's path memo: a resident plugin sees containers come
-# and go without end, and most of a node's never have a record (their events only ask whether they do).
+# and go without end, and most of a node's never have a record (their events only ask whether they do):
+# only the last MAX_MISSED names that missed stay.
 @pytest.mark.parametrize("kind, lookup", [
     pytest.param("containers", lambda s, n: store.load_container(s, n), id="container-load-misses"),
     pytest.param("containers", lambda s, n: store.container_exists(s, n), id="container-exists-misses"),
@@ -106,8 +107,8 @@ def test_remembered_record_paths_are_only_of_names_that_passed_and_bounded(tmp_p
     pytest.param("containers", lambda s, n: store.delete_record(s, "containers", n), id="container-deleted"),
     pytest.param("pods", lambda s, n: store.delete_record(s, "pods", n), id="pod-deleted"),
 ])
-def test_names_without_a_record_leave_nothing_in_the_path_memo(tmp_path: Path, kind: str,
-                                                              lookup: Callable[[str, str], Any]) -> None:
+def test_names_without_a_record_leave_only_the_last_misses_in_the_path_memo(
+        tmp_path: Path, kind: str, lookup: Callable[[str, str], Any]) -> None:
     from mixed_cpus_hook.store import records
 
     state_dir = str(tmp_path / "state")
@@ -118,7 +119,10 @@ def test_names_without_a_record_leave_nothing_in_the_path_memo(tmp_path: Path, k
         records.save_document(state_dir, kind, name, {"schema": 2})
         records.delete_record(state_dir, kind, name)
         assert not lookup(state_dir, name)
-    assert records._PATHS == before
+    left = {k: v for k, v in records._PATHS.items() if k not in before}
+    assert len(left) <= records.MAX_MISSED
+    assert all(k[2].startswith("gone") for k in left)
+    assert (state_dir, kind, "kept") in records._PATHS  # a name whose record is there stays
     assert os.listdir(os.path.join(state_dir, kind)) == ["kept.json"]
     assert records.read_document(state_dir, kind, "kept") == {"schema": 2}
 
@@ -750,3 +754,40 @@ def test_a_document_that_is_not_json_is_refused_as_json_refuses_it() -> None:
 def test_record_path_is_os_path_join(state_dir: str, kind: str, name: str) -> None:
     path = record_path(state_dir, kind, name)
     assert path == os.path.join(state_dir, kind, name + ".json")
+
+
+# A creation looks its container's and its pod's records up, finds none, and saves both: each name is
+# checked once (record_path's is_plain_name), not again at its save.
+@pytest.mark.parametrize("kind, lookup", [
+    pytest.param("containers", lambda s, n: store.load_container(s, n), id="container-load"),
+    pytest.param("containers", lambda s, n: store.container_exists(s, n), id="container-exists"),
+    pytest.param("pods", lambda s, n: store.load_pod(s, n), id="pod-load"),
+])
+def test_a_name_that_missed_is_checked_once_for_its_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        kind: str, lookup: Callable[[str, str], Any]) -> None:
+    from mixed_cpus_hook.store import records
+
+    state_dir = str(tmp_path / "state")
+    checked: List[str] = []
+
+    def counted(value: str, pattern: str = records.ID_PATTERN) -> bool:
+        checked.append(value)
+        return is_plain_name(value, pattern)
+
+    monkeypatch.setattr(records, "is_plain_name", counted)
+    assert not lookup(state_dir, "new1")
+    records.save_document(state_dir, kind, "new1", {"schema": 2})
+    assert checked == ["new1"]
+
+
+def test_a_name_that_misses_again_is_the_newest_miss_again(tmp_path: Path) -> None:
+    """A pod's record goes with its last member and comes back with the next: its name misses at every
+    creation, between the misses of many containers' names, and stays named."""
+    from mixed_cpus_hook.store import records
+
+    state_dir = str(tmp_path / "state")
+    for i in range(3 * records.MAX_MISSED):
+        assert store.load_pod(state_dir, "pod1") is None
+        assert store.load_container(state_dir, f"c{i}") is None
+    assert (state_dir, "pods", "pod1") in records._PATHS
+    assert sum(1 for k in records._PATHS if k[0] == state_dir) <= records.MAX_MISSED

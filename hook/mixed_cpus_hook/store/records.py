@@ -23,6 +23,7 @@ import json
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import stat
+from collections import OrderedDict
 
 from ..core.bounds import MAX_PERIOD, MAX_QUOTA
 from ..core.cgroup import Dirs
@@ -77,12 +78,27 @@ QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 
 
 # Paths record_path gave: a resident process names the same few records on every event of their
-# containers. Only names that passed are kept, and only while their record is there: a lookup that
-# finds no record (an untracked container's events: most of a node's) and a removal forget the
-# name, since a node creates containers without end (each kept name held about 560 bytes, and the
-# plugin's memory grew by 1 MiB per 1000 containers until MAX_PATHS cleared them); bounded.
+# containers. Only names that passed are kept, and only while their record is there or was looked up
+# among the last MAX_MISSED that were not: a node creates containers without end and most of them
+# never have a record (their events only ask whether they do: each kept name held about 560 bytes,
+# and the plugin's memory grew by 1 MiB per 1000 containers until MAX_PATHS cleared them), while a
+# creation misses its container's and its pod's records and then saves both under the same names.
+# A removal forgets the name. Bounded.
 _PATHS: Dict[Tuple[str, str, str], str] = {}
 MAX_PATHS = 4096
+_MISSED: OrderedDict[Tuple[str, str, str], None] = OrderedDict()
+MAX_MISSED = 16
+
+
+def _missed(key: Tuple[str, str, str]) -> None:
+    """A lookup of record_path's name ``key`` found no record: the name missed longest ago beyond the
+    last MAX_MISSED distinct ones is forgotten (a name saved since is only named again: record_path's
+    check once more). A name that misses again is the newest again (a pod's record goes with its last
+    member and comes back with the next)."""
+    _MISSED[key] = None
+    _MISSED.move_to_end(key)
+    if len(_MISSED) > MAX_MISSED:
+        _PATHS.pop(_MISSED.popitem(last=False)[0], None)
 
 
 def record_path(state_dir: str, kind: str, name: str) -> str:
@@ -417,6 +433,9 @@ class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):`
 
     A class rather than contextlib.contextmanager: contextlib is not otherwise loaded on
     the hook path. Every use case takes it itself, around the whole of its read-decide-write.
+    Once held, the journal a plugin that died left in the lock file is done first (replay_journal:
+    one pread when there is none); a journal this process's own HeldStateLock keeps waiting is done
+    before the lock is asked for (two descriptors of one process would wait for each other).
     """
 
     def __init__(self, state_dir: str) -> None:
@@ -424,16 +443,136 @@ class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):`
         self.fd = -1
 
     def __enter__(self) -> None:
+        waiting = _JOURNALS.get(self.state_dir)
+        if waiting is not None:
+            waiting.complete()
         try:
             os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
             self.fd = os.open(os.path.join(self.state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise RecordError(f"cannot use the state directory: {exc.strerror}", self.state_dir) from None
         fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            replay_journal(self.state_dir, self.fd)
+        except BaseException:
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
         self.fd = -1
+
+
+# -- the journal: a resident plugin's records saved after its answer ----------------------------
+# The NRI plugin answers the runtime while the runtime waits to create the container; the records
+# an event saves (a creation: its pod's and its own) are two files each made and renamed. With
+# ``HeldStateLock.journaling`` an event's saves and removals are appended to the state lock's own
+# file instead (one pwrite each, in the order made), which this process reads from memory
+# (_OVERLAY) while it holds the lock, and the lock stays held past the event until the answer is
+# sent (``complete``): then each record is saved or removed as the journal says, and the file
+# emptied. A process that takes the lock finds the file empty unless the plugin died holding it:
+# the journal is then done by whoever takes the lock next (replay_journal), before anything is read.
+# Every change a journaled event made outside the state directory (a pod's quota raised, the
+# answer) came after the journal entry of the records that describe it, as after their files before:
+# a plugin killed at any point leaves, once the journal is done, the records it would have left
+# without one (tests/unit/test_nri_crash_points.py). An entry cut short (a kill within its pwrite)
+# is the journal's end: nothing after it happened.
+JOURNAL_HEAD = b"mixed-cpus-hook journal 1\n"
+# A use that journals more than this (a Synchronize releasing many records at once) does its journal
+# so far and starts another: a journal is at most this and one more entry (a record of at most
+# MAX_RECORD_BYTES), and replay_journal reads no more than MAX_JOURNAL_BYTES.
+JOURNAL_FLUSH = 1 << 20
+MAX_JOURNAL_BYTES = JOURNAL_FLUSH + MAX_RECORD_BYTES + 1024
+# path -> (bytes, record) journaled as saved, None as removed: this process's journals not done yet.
+_OVERLAY: Dict[str, Optional[Tuple[bytes, Any]]] = {}
+# state dir -> the HeldStateLock that journals its saves (while it holds the lock).
+_JOURNALS: Dict[str, "HeldStateLock"] = {}
+
+
+def _not_the_holder() -> None:
+    """In a forked child: the parent holds the lock and its journal; the child neither (its flock
+    would release the parent's: they share the lock file's description)."""
+    _JOURNALS.clear()
+    _OVERLAY.clear()
+
+
+os.register_at_fork(after_in_child=_not_the_holder)
+
+
+def format_journal_entry(kind: str, name: str, data: Optional[bytes]) -> bytes:
+    """One journal entry: ``save <kind> <name> <length>`` and the record's bytes, or ``remove <kind> <name>``
+    (names are plain: no space or newline)."""
+    if data is None:
+        return b"remove %s %s\n" % (kind.encode(), name.encode())
+    return b"save %s %s %d\n%s\n" % (kind.encode(), name.encode(), len(data), data)
+
+
+def parse_journal(data: bytes) -> Tuple[List[Tuple[str, str, Optional[bytes]]], int]:
+    """The whole entries of a journal, in order, as (kind, name, bytes or None for a removal), and how
+    many bytes at its end are not one (an entry cut short, or anything that is not an entry: the
+    journal ends there). Kinds and names are not checked here (replay_journal does)."""
+    if not data:
+        return [], 0
+    if not data.startswith(JOURNAL_HEAD):
+        return [], len(data)
+    out: List[Tuple[str, str, Optional[bytes]]] = []
+    at = len(JOURNAL_HEAD)
+    while at < len(data):
+        end = data.find(b"\n", at, at + 1024)
+        if end < 0:
+            break
+        words = data[at:end].split(b" ")
+        if len(words) == 3 and words[0] == b"remove":
+            out.append((words[1].decode("ascii", "replace"), words[2].decode("ascii", "replace"), None))
+            at = end + 1
+            continue
+        if len(words) != 4 or words[0] != b"save" or not words[3].isdigit():
+            break
+        size = int(words[3])
+        stop = end + 1 + size
+        if size > MAX_RECORD_BYTES or stop >= len(data) or data[stop:stop + 1] != b"\n":
+            break
+        out.append((words[1].decode("ascii", "replace"), words[2].decode("ascii", "replace"), data[end + 1:stop]))
+        at = stop + 1
+    return out, len(data) - at
+
+
+def replay_journal(state_dir: str, fd: int) -> int:
+    """Do the journal in the lock file ``fd`` (held) that a plugin left when it died: each whole entry
+    in order (a record saved, as checked as a load checks it, or removed), then the file emptied.
+    Returns how many entries were done. An entry that names no record or holds no valid one ends the
+    journal there: RecordError, once the file is emptied (what came before it is done)."""
+    data = os.pread(fd, MAX_JOURNAL_BYTES + 1, 0)
+    if not data:
+        return 0
+    lock = os.path.join(state_dir, "lock")
+    entries, _torn = parse_journal(data)
+    problem = "" if len(data) <= MAX_JOURNAL_BYTES else f"larger than {MAX_JOURNAL_BYTES} bytes"
+    done = 0
+    for kind, name, record in entries:
+        if kind not in KINDS:
+            problem = f"entry {done + 1} names no kind of record ({kind[:40]!r})"
+            break
+        try:
+            path = record_path(state_dir, kind, name)
+            if record is None:
+                _delete_file(state_dir, kind, name, path)
+            else:
+                doc = parse_document(record, path)
+                rec = (parse_container_record(doc, name, path) if kind == "containers"
+                       else parse_pod_record(doc, name, path))
+                folder, base = _split(path)
+                _remember(path, record, rec, _write_bytes(path, f".{name}.{_PID[0]}.tmp", record,
+                                                           _dir_fd(folder, create=True), base))
+        except RecordError as exc:
+            problem = f"entry {done + 1} ({kind} {name[:80]}): {exc}"
+            break
+        done += 1
+    os.ftruncate(fd, 0)
+    if problem:
+        raise RecordError(f"the journal of a plugin that stopped: {problem}; {done} entries done, the rest "
+                          "dropped", lock)
+    return done
 
 
 class HeldStateLock:
@@ -442,6 +581,11 @@ class HeldStateLock:
 
     Two system calls a use where state_lock makes six; a state directory removed and made again
     (the lock file with it) is seen and the new file is opened.
+
+    ``journaling`` (the plugin sets it): what a use saves or removes is journaled (see above) and the
+    lock stays held after it until ``complete`` (once the answer is sent) or the next use. A use that
+    ends in an Exception does its journal at once (what it saved stays saved, as without one); one
+    that ends in any other BaseException (the process is going away) leaves it to the next holder.
     """
 
     def __init__(self, state_dir: str) -> None:
@@ -449,8 +593,21 @@ class HeldStateLock:
         self.path = os.path.join(state_dir, "lock")
         self.fd = -1
         self.ident = (-1, -1)
+        self.journaling = False
+        self.size = 0  # the journal's bytes in the lock file
+        self.held = False  # past the use that journaled: until complete()
+        self.unfinished = False  # a journal whose doing failed: replayed from the file at the next use
+        self.entries: Dict[str, Tuple[str, Optional[bytes], Any]] = {}  # path -> (kind, bytes or None, record)
 
     def __enter__(self) -> None:
+        if self.held:  # a journal of an event answered in the same read: done now, the lock still held
+            self.held = False
+            try:
+                self._done()
+            except BaseException:
+                self._release()
+                raise
+            return
         if self.fd >= 0:
             try:
                 st = os.stat(self.path, follow_symlinks=False)
@@ -461,22 +618,127 @@ class HeldStateLock:
                 self.close()
         if self.fd < 0:
             opened = state_lock(self.state_dir)
-            opened.__enter__()  # made, opened and locked
+            opened.__enter__()  # made, opened, locked, and a journal left there done
             st = os.fstat(opened.fd)
             self.fd, self.ident = opened.fd, (st.st_dev, st.st_ino)
-            return
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            if self.unfinished:
+                try:
+                    replay_journal(self.state_dir, self.fd)
+                except BaseException:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    raise
+                self.unfinished = False
+        if self.journaling:
+            _JOURNALS[self.state_dir] = self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: Optional[type] = None, *exc: object) -> None:
+        if self.size:
+            if kind is None:
+                self.held = True  # done by complete(), once the answer is sent
+                return
+            if issubclass(kind, Exception):
+                try:
+                    self._done()
+                finally:
+                    self._release()
+                return
+            self._forget()  # the process is going away: the file keeps the journal for the next holder
+            self.unfinished = True
+        self._release()
+
+    def complete(self) -> None:
+        """Once the answer is sent: the journal done (each record saved or removed, the file emptied)
+        and the lock released. Raises the RecordError of a record that could not be written (the
+        journal stays in the file and is done at the next use)."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            self._done()
+        finally:
+            self._release()
+
+    def save(self, kind: str, path: str, data: bytes, rec: Any) -> None:
+        self._append(kind, path, data)
+        self.entries[path] = (kind, data, rec)
+        _OVERLAY[path] = (data, rec)
+
+    def delete(self, kind: str, path: str) -> bool:
+        journaled = _OVERLAY.get(path, _ABSENT)
+        there = _exists(*_split(path)) if journaled is _ABSENT else journaled is not None
+        if there:
+            self._append(kind, path, None)
+            self.entries[path] = (kind, None, None)
+            _OVERLAY[path] = None
+        return there
+
+    def _append(self, kind: str, path: str, data: Optional[bytes]) -> None:
+        entry = format_journal_entry(kind, path.rpartition("/")[2][:-5], data)
+        if self.size and self.size + len(entry) > JOURNAL_FLUSH:
+            self._done()  # bounded: what is journaled so far saved now, a new journal begun
+        if not self.size:
+            entry = JOURNAL_HEAD + entry
+        try:
+            written = os.pwrite(self.fd, entry, self.size)
+        except OSError as exc:
+            raise RecordError(f"cannot write the journal: {exc.strerror}", self.path) from None
+        if written != len(entry):
+            os.ftruncate(self.fd, self.size)
+            raise RecordError("cannot write the journal: short write", self.path)
+        self.size += written
+
+    def _done(self) -> None:
+        """Each journaled record saved or removed (the last of each: the file keeps every step until
+        all are done), then the journal emptied."""
+        entries = self.entries
+        try:
+            for path, (kind, data, rec) in entries.items():
+                del _OVERLAY[path]
+                name = path.rpartition("/")[2][:-5]
+                if data is None:
+                    _delete_file(self.state_dir, kind, name, path)
+                    continue
+                folder, base = _split(path)
+                key = _write_bytes(path, f".{name}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
+                if rec is not None:
+                    _remember(path, data, rec, key)
+            os.ftruncate(self.fd, 0)
+        except BaseException:
+            self.unfinished = True
+            raise
+        finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        for path in self.entries:
+            _OVERLAY.pop(path, None)
+        self.entries = {}
+        self.size = 0
+
+    def _release(self) -> None:
+        _JOURNALS.pop(self.state_dir, None)
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        """The lock file closed (and with it the lock); a journal not done yet is left in the file
+        for the next holder, as by a process that goes away."""
+        if self.size:
+            self._forget()
+            self.unfinished = True
+        self.held = False
+        if _JOURNALS.get(self.state_dir) is self:
+            del _JOURNALS[self.state_dir]
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
     def __del__(self) -> None:
         self.close()
+
+
+_ABSENT = object()
 
 
 def read_record_bytes(state_dir: str, kind: str, name: str) -> Optional[bytes]:
@@ -490,7 +752,10 @@ def _read_record_file(state_dir: str, kind: str, path: str) -> Optional[bytes]:
 
 def _read_record_stat(state_dir: str, kind: str, path: str) -> Tuple[Optional[bytes], Optional[Tuple[int, int, int]]]:
     """A record file's bytes and the identity they were read at (inode, size, modification time);
-    (None, None) when there is no file."""
+    (None, None) when there is no file (or it is journaled as removed)."""
+    if _OVERLAY and path in _OVERLAY:
+        journaled = _OVERLAY[path]
+        return (None, None) if journaled is None else (journaled[0], None)
     folder, name = _split(path)
     if not _exists(folder, name):
         return None, None
@@ -570,6 +835,9 @@ def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[byt
     the file's identity then; (None, None, None) when there is no file (and nothing is remembered for
     it any more). A record remembered without an identity (or at another one) gets the one it was
     read at: the next lookup costs a stat, and list_remembered gives it."""
+    if _OVERLAY and path in _OVERLAY:  # journaled by this process, not saved yet
+        journaled = _OVERLAY[path]
+        return (None, None, None) if journaled is None else (journaled[0], journaled[1], None)
     hit = _PARSED.get(path)
     if hit is not None and hit[2] is not None:
         folder, name = _split(path)
@@ -595,7 +863,7 @@ def load_container(state_dir: str, cid: str) -> Optional[ContainerRecord]:
     path = record_path(state_dir, "containers", cid)
     data, known, key = _read_remembered(state_dir, "containers", path)
     if data is None:
-        _PATHS.pop((state_dir, "containers", cid), None)
+        _missed((state_dir, "containers", cid))
         return None
     if known is not None:
         return known
@@ -611,7 +879,7 @@ def load_pod(state_dir: str, key: str) -> Optional[PodRecord]:
     path = record_path(state_dir, "pods", key)
     data, known, ident = _read_remembered(state_dir, "pods", path)
     if data is None:
-        _PATHS.pop((state_dir, "pods", key), None)
+        _missed((state_dir, "pods", key))
         return None
     if known is not None:
         return known
@@ -637,15 +905,23 @@ def load_record(state_dir: str, kind: str, name: str) -> Any:
 
 def save_document(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> str:
     """Write a record file atomically (temporary file, then rename); returns its path."""
-    return _save(state_dir, kind, name, doc)[0]
+    return _save(state_dir, kind, name, doc)
 
 
-def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any]) -> Tuple[str, bytes, Tuple[int, int, int]]:
+def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any], rec: Any = None) -> str:
+    """``doc`` saved as record ``name``; ``rec``: what it parses to, remembered (save_container). Under
+    a journaling HeldStateLock the save is journaled and done once the answer is sent."""
     path = record_path(state_dir, kind, name)
+    data = format_document(doc)
+    journal = _JOURNALS.get(state_dir)
+    if journal is not None:
+        journal.save(kind, path, data, rec)
+        return path
     folder, base = _split(path)
-    fd = _dir_fd(folder, create=True)
-    data, key = _write_whole(path, f".{name}.{_PID[0]}.tmp", doc, fd, base)
-    return path, data, key
+    key = _write_bytes(path, f".{name}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
+    if rec is not None:
+        _remember(path, data, rec, key)
+    return path
 
 
 # This process's id, for the temporaries' names (asked once, and again in a forked child).
@@ -657,14 +933,20 @@ WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEX
 
 def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None, base: str = ""
                  ) -> Tuple[bytes, Tuple[int, int, int]]:
-    """``doc`` as JSON in ``path``: written to ``tmp`` (never through a link) and renamed over it.
-
-    The bytes are format_document's. With ``dir_fd`` (the folder's kept descriptor) ``tmp`` is a
-    name in it and ``path``'s name is used there; without, the folder is made only when the first
-    open says it is missing. Returns the bytes and the file's identity (inode, size, modification
-    time: a rename changes none of them). ``base``: ``path``'s file name, when the caller has it.
-    """
+    """``doc`` as JSON (format_document's bytes) in ``path``, as _write_bytes writes them; returns the
+    bytes and the file's identity."""
     data = format_document(doc)
+    return data, _write_bytes(path, tmp, data, dir_fd, base)
+
+
+def _write_bytes(path: str, tmp: str, data: bytes, dir_fd: Optional[int] = None, base: str = "") -> Tuple[int, int, int]:
+    """``data`` in ``path``: written to ``tmp`` (never through a link) and renamed over it.
+
+    With ``dir_fd`` (the folder's kept descriptor) ``tmp`` is a name in it and ``path``'s name is used
+    there; without, the folder is made only when the first open says it is missing. Returns the
+    file's identity (inode, size, modification time: a rename changes none of them). ``base``:
+    ``path``'s file name, when the caller has it.
+    """
     target = path if dir_fd is None else (base or os.path.basename(path))
     try:
         try:
@@ -690,27 +972,30 @@ def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int]
         except OSError:
             pass
         raise RecordError(f"cannot write: {exc.strerror}", path) from None
-    return data, key
+    return key
 
 
 def save_container(state_dir: str, rec: ContainerRecord) -> str:
     """Save a container record; the next load of these bytes gives ``rec`` without parsing them
     (format and parse are inverse: tests/unit/test_records.py checks it on the engine's records)."""
-    path, data, key = _save(state_dir, "containers", rec.id, format_container_record(rec))
-    _remember(path, data, rec, key)
-    return path
+    return _save(state_dir, "containers", rec.id, format_container_record(rec), rec)
 
 
 def save_pod(state_dir: str, rec: PodRecord) -> str:
     """Save a pod record (remembered as save_container's are)."""
-    path, data, key = _save(state_dir, "pods", rec.key, format_pod_record(rec))
-    _remember(path, data, rec, key)
-    return path
+    return _save(state_dir, "pods", rec.key, format_pod_record(rec), rec)
 
 
 def delete_record(state_dir: str, kind: str, name: str) -> bool:
-    """Forget a record; True if there was one."""
+    """Forget a record; True if there was one (journaled, as _save is, under a journaling lock)."""
     path = record_path(state_dir, kind, name)
+    journal = _JOURNALS.get(state_dir)
+    if journal is not None:
+        return journal.delete(kind, path)
+    return _delete_file(state_dir, kind, name, path)
+
+
+def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:
     _PARSED.pop(path, None)
     folder, base = _split(path)
     _PATHS.pop((state_dir, kind, name), None)
@@ -725,10 +1010,13 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
 
 def container_exists(state_dir: str, cid: str) -> bool:
     """Whether a container record file is there (a pod member counts only while it is)."""
-    folder, name = _split(record_path(state_dir, "containers", cid))
+    path = record_path(state_dir, "containers", cid)
+    if _OVERLAY and path in _OVERLAY:
+        return _OVERLAY[path] is not None
+    folder, name = _split(path)
     if _exists(folder, name):
         return True
-    _PATHS.pop((state_dir, "containers", cid), None)
+    _missed((state_dir, "containers", cid))
     return False
 
 
@@ -800,8 +1088,22 @@ def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
     # (the NRI plugin lists its records at each change of kubelet's checkpoint).
     pattern = KINDS[kind]
     entries = [e for e in entries if (e[0].isascii() and e[0].isalnum()) or is_plain_name(e[0], pattern)]
+    if _OVERLAY:
+        entries = _overlaid(folder, entries)
     entries.sort()  # by name: names are distinct
     return entries
+
+
+def _overlaid(folder: str, entries: List[Tuple[str, str, int]]) -> List[Tuple[str, str, int]]:
+    """A listing of ``folder`` as this process's journal has it: its records journaled as saved are
+    listed (inode -1: not the inode of any file, so list_remembered gives them to be loaded, from the
+    journal), those journaled as removed are not."""
+    journaled = {path: value for path, value in _OVERLAY.items() if path.rpartition("/")[0] == folder}
+    if not journaled:
+        return entries
+    out = [e for e in entries if e[1] not in journaled]
+    out += [(path.rpartition("/")[2][:-5], path, -1) for path, value in journaled.items() if value is not None]
+    return out
 
 
 def mark_pending(state_dir: str, name: str, queue: str = PENDING) -> bool:

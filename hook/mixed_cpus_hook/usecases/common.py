@@ -283,13 +283,17 @@ def build_record(cid: str, identity: Identity, mode: str, phase: str, layout: La
 def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: ContainerRecord,
                  prev_pod: Optional[PodRecord], pod: Optional[PodRecord]) -> ContainerRecord:
     """Save what differs: the pod's record first, then the container's (which makes it a member
-    that counts); ``updated`` changes only when something else did. Returns the record saved."""
+    that counts); ``updated`` changes only when something else did. Returns the record saved.
+    A new container's record (``prev`` None) is saved as build_record stamped it: created and
+    updated now."""
     if pod is not None and pod != prev_pod:
         save_pod(state_dir, pod)
-    if prev is None or prev._replace(updated="") != rec._replace(updated=""):
+    if prev is None:
+        save_container(state_dir, rec)
+    elif prev._replace(updated="") != rec._replace(updated=""):
         rec = rec._replace(updated=now_stamp())
         save_container(state_dir, rec)
-    elif prev is not None:
+    else:
         rec = rec._replace(updated=prev.updated)
     return rec
 

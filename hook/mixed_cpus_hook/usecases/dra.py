@@ -115,6 +115,7 @@ class DraEngine(NriEngine):
         self._write_snapshot()
 
     def after_answer(self) -> None:
+        super().after_answer()
         if self._snapshot_due:
             self._snapshot_due = False
             self._write_snapshot()

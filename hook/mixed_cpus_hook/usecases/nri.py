@@ -156,7 +156,8 @@ class NriEngine:
         self.reporter = reporter
         self.cache = cache or FactsCache()
         self.lock = HeldStateLock(config.state_dir)  # the state lock, its file kept open between events
-        # Reports (not inputs) written after the runtime has its answer (after_answer): the plugin sets it.
+        # Reports (not inputs) written after the runtime has its answer (after_answer), and records
+        # journaled (self.lock.journaling): the plugin sets both (frontends.nri.plugin.defer_writes).
         self.defer_reports = False
         self._snapshot_due = False
         # The live counters (/metrics): the engine counts what it decides (containers made mixed,
@@ -518,7 +519,13 @@ class NriEngine:
         return line
 
     def after_answer(self) -> None:
-        """What waits until the answer is sent (DraEngine: the pool's report file)."""
+        """What waits until the answer is sent: the records the events saved, journaled in the state
+        lock's file while the lock stays held (HeldStateLock.journaling: the plugin sets it), saved
+        now and the lock released (DraEngine: the pool's report file too)."""
+        try:
+            self.lock.complete()
+        except HookError as exc:  # the journal stays in the lock file: done at the next event
+            self.reporter.error(f"nri: saving the records after the answer: {exc}")
 
     def tracks(self, cid: str) -> bool:
         """Whether ``cid`` (a plain id, checked by the caller) has a record (the store's own

@@ -30,7 +30,9 @@ FILES: Tuple[Tuple[str, str], ...] = (
      "Hook mode: the createRuntime hook (apply) for CRI-O and podman; mixed-cpus-hook-release.json next to it is "
      "the poststop hook (release). On RHCOS, /etc/containers/oci/hooks.d is read too. An NRI node has none "
      "(one node, one mode)."),
-    ("/run/mixed-cpus-hook/", "The state directory: containers/<id>.json and pods/<pod>.json records, the lock, "
+    ("/run/mixed-cpus-hook/", "The state directory: containers/<id>.json and pods/<pod>.json records, the lock (NRI mode: "
+     "the journal of the records an event saves until its answer is sent; done by the next holder when the "
+     "plugin died), "
      "the config cache (entries of gone files pruned, at most 16), the pending/ and recheck/ queues, the "
      "watch/<id>/ links, metrics.json, and thread-affinity (the verdict of check's probe)."),
     ("/usr/lib/systemd/system/mixed-cpus-hook*", "Hook mode: the units that reapply the mixed sets when kubelet, "

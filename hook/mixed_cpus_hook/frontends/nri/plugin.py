@@ -42,6 +42,7 @@ from .wire import api, mux, ttrpc
 
 if TYPE_CHECKING:
     from ...node.inotify import FileWatch
+    from ...usecases.nri import NriEngine
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME = "mixed-cpus-hook"
@@ -183,6 +184,13 @@ def format_traceback_tail() -> str:
     return " | ".join(traceback.format_exc().strip().splitlines()[-3:-1])
 
 
+def defer_writes(engine: "NriEngine") -> None:
+    """What the engine writes for an event waits until the answers are sent (after_answer): its
+    reports, and its records (journaled in the state lock's file meanwhile: store.records)."""
+    engine.defer_reports = True
+    engine.lock.journaling = True
+
+
 class Plugin:
     """Serves one runtime connection at a time; ``run`` reconnects until stopped."""
 
@@ -195,7 +203,7 @@ class Plugin:
         request's path."""
         self.handlers = handlers
         self.watch = watch
-        handlers.engine.defer_reports = True  # written by after_answer, once the answers are sent
+        defer_writes(handlers.engine)
         self.telemetry = telemetry or handlers.engine.telemetry
         self.identity = identity
         self.reporter = reporter
