@@ -277,3 +277,16 @@ def test_closing_a_held_lock_leaves_its_journal_to_the_next_holder(tmp_path: Pat
     assert not store._OVERLAY and not store._JOURNALS
     with state_lock(state_dir):
         assert list_records(state_dir, "containers") == ["c1"]
+
+
+def test_replay_reads_a_journal_longer_than_its_first_read(tmp_path: Path) -> None:
+    state_dir = str(tmp_path / "state")
+    names = [f"c{i}" for i in range(20)]
+    data = _journal(*(format_journal_entry("containers", n, _record(n)) for n in names))
+    assert len(data) > 4096
+    fd = _lock_file(state_dir, data)
+    try:
+        assert replay_journal(state_dir, fd) == len(names)
+    finally:
+        os.close(fd)
+    assert list_records(state_dir, "containers") == sorted(names)

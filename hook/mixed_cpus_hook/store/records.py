@@ -542,9 +542,11 @@ def replay_journal(state_dir: str, fd: int) -> int:
     in order (a record saved, as checked as a load checks it, or removed), then the file emptied.
     Returns how many entries were done. An entry that names no record or holds no valid one ends the
     journal there: RecordError, once the file is emptied (what came before it is done)."""
-    data = os.pread(fd, MAX_JOURNAL_BYTES + 1, 0)
+    data = os.pread(fd, 4096, 0)  # empty but after a plugin died: no larger buffer for that
     if not data:
         return 0
+    if len(data) == 4096:
+        data = os.pread(fd, MAX_JOURNAL_BYTES + 1, 0)
     lock = os.path.join(state_dir, "lock")
     entries, _torn = parse_journal(data)
     problem = "" if len(data) <= MAX_JOURNAL_BYTES else f"larger than {MAX_JOURNAL_BYTES} bytes"
