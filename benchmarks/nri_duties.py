@@ -19,14 +19,16 @@ CreateContainer of an asking container (cgroupfs paths, no DRA, as in the tool):
   directory's fstat when missing); without a checkpoint entry, every other container record
   listed and its exclusive CPUs checked disjoint; the pod's quota and period read through kept
   descriptors; the container cgroup's stat; the pod record (the raise listed) then the container
-  record written (a temporary created, written, fstat, closed, renamed); the pod's quota written
-  and read back; the lock released; one log line formatted and written after the answer.
+  record journaled (one pwrite each in the lock file, as the plugin's store does); the pod's quota
+  written and read back; once the answer is sent, each record written (a temporary created,
+  written, fstat, closed, renamed), the journal emptied, the lock released, one log line written.
 UpdateContainer: the record's stat; the online CPUs and the checkpoint; the lock; both records'
   stats (their parsed copies remembered by identity); the pod's quota and period read; the
   answer's cpus (kubelet's ∪ shared) and quota.
-StopContainer: the record's stat; the facts; the lock; the container record written as releasing;
+StopContainer: the record's stat; the facts; the lock; the container record journaled as releasing;
   the container cgroup's stat; the pod record's stat; the pod's quota read, lowered, the pod
-  record removed (last member) and its descriptors closed; the container record removed.
+  record's removal journaled (last member) and its descriptors closed; the container record's
+  removal journaled; after the answer, as for a creation.
 
 Its ratios to the Go plugin are the floor of a Python plugin that keeps the product's guarantees on
 this framework; the product's ratios above them are what its structure costs.
@@ -65,7 +67,8 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
     from mixed_cpus_hook.frontends.nri.wire import api
     from mixed_cpus_hook.node.facts import online_file, read_node_facts
 
-    st: Dict[str, Any] = {"tracked": {}, "quota_fds": {}, "records": {}, "held": [], "ckpt": (None, None)}
+    st: Dict[str, Any] = {"tracked": {}, "quota_fds": {}, "records": {}, "held": [], "ckpt": (None, None),
+                          "journal": [], "jsize": 0, "overlay": {}}
     encoder = json.JSONEncoder(sort_keys=True)
 
     def setup(self: Any) -> Dict[str, Any]:
@@ -129,10 +132,38 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
         return s["ckpt"][1]
 
     def lock(s: Dict[str, Any]) -> None:
+        if s["journal"]:  # still held for the last answer's records: done first
+            done(s)
+            return
         os.stat(s["lock_path"], follow_symlinks=False)
         fcntl.flock(s["lock"], fcntl.LOCK_EX)
 
+    def unlock(s: Dict[str, Any]) -> None:
+        if not s["journal"]:  # else held until the answer is sent (after_answer)
+            fcntl.flock(s["lock"], fcntl.LOCK_UN)
+
+    def journal(s: Dict[str, Any], entry: bytes, step: Tuple[Any, ...]) -> None:
+        if not s["jsize"]:
+            entry = b"mixed-cpus-hook journal 1\n" + entry
+        s["jsize"] += os.pwrite(s["lock"], entry, s["jsize"])
+        s["journal"].append(step)
+        s["overlay"][step[1:3]] = step[4] if step[0] == "save" else None
+
+    def done(s: Dict[str, Any]) -> None:
+        for step in s["journal"]:
+            if step[0] == "save":
+                write(*step[1:])
+            else:
+                os.unlink(step[2], dir_fd=step[1])
+                s["records"].pop((step[1], step[2]), None)
+        s["journal"].clear()
+        s["overlay"].clear()
+        os.ftruncate(s["lock"], 0)
+        s["jsize"] = 0
+
     def missing(dir_fd: int, name: str) -> bool:
+        if st["overlay"] and (dir_fd, name) in st["overlay"]:  # journaled, not written yet
+            return st["overlay"][(dir_fd, name)] is None
         try:
             os.close(os.open(name, READ_FLAGS, dir_fd=dir_fd))
             return False
@@ -141,6 +172,8 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
             return True
 
     def load(dir_fd: int, name: str) -> Optional[Dict[str, Any]]:
+        if st["overlay"] and (dir_fd, name) in st["overlay"]:
+            return st["overlay"][(dir_fd, name)]
         try:
             sb = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -156,8 +189,14 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
         return doc
 
     def save(dir_fd: int, name: str, doc: Dict[str, Any]) -> None:
-        tmp = f".{name}.{os.getpid()}.tmp"
         data = (encoder.encode(doc) + "\n").encode()
+        journal(st, b"save records %s %d\n%s\n" % (name.encode(), len(data), data), ("save", dir_fd, name, data, doc))
+
+    def remove(dir_fd: int, name: str) -> None:
+        journal(st, b"remove records %s\n" % name.encode(), ("remove", dir_fd, name))
+
+    def write(dir_fd: int, name: str, data: bytes, doc: Dict[str, Any]) -> None:
+        tmp = f".{name}.{os.getpid()}.tmp"
         fd = os.open(tmp, WRITE_FLAGS, 0o644, dir_fd=dir_fd)
         try:
             os.write(fd, data)
@@ -248,7 +287,7 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
                     raise Refused("pod quota not written")
             s["tracked"][cid] = (pod_cpu, share, pname)
         finally:
-            fcntl.flock(s["lock"], fcntl.LOCK_UN)
+            unlock(s)
         s["held"].append(f"container {cid} ({pod.namespace}/{pod.name}/{name}): mixed CPUs {desired_text} "
                          f"(exclusive {excl_text} + shared {s['shared_text']}), quota {new_quota}/{period}\n")
         reply = api.CreateContainerResponse()
@@ -279,7 +318,7 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
             int(os.pread(qfd, 64, 0))
             int(os.pread(pfd, 64, 0))
         finally:
-            fcntl.flock(s["lock"], fcntl.LOCK_UN)
+            unlock(s)
         reply = api.UpdateContainerResponse()
         update = reply.update.add(container_id=cid)
         update.linux.resources.cpu.cpus = format_cpulist(parse_cpulist(res.cpus, "cpus") | s["shared"])
@@ -309,15 +348,13 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
             int(os.pread(pfd, 64, 0))
             if pod_quota > 0:
                 os.pwrite(qfd, str(pod_quota - share).encode(), 0)
-            os.unlink(pname, dir_fd=s["pdir"])
+            remove(s["pdir"], pname)
             for fd in s["quota_fds"].pop(pod_cpu):
                 os.close(fd)
-            os.unlink(cname, dir_fd=s["cdir"])
+            remove(s["cdir"], cname)
             del s["tracked"][cid]
-            s["records"].pop((s["cdir"], cname), None)
-            s["records"].pop((s["pdir"], pname), None)
         finally:
-            fcntl.flock(s["lock"], fcntl.LOCK_UN)
+            unlock(s)
 
     def stop_container(self: Any, req: Any) -> Any:
         release(self, req.container.id)
@@ -328,6 +365,9 @@ def install() -> Dict[str, Any]:  # noqa: C901 - the closures are the device: on
         return api.RemoveContainerResponse()
 
     def after_answer(self: Any) -> None:
+        if st["journal"]:
+            done(st)
+            fcntl.flock(st["lock"], fcntl.LOCK_UN)
         if st["held"]:
             sys.stderr.write("".join(st["held"]))
             sys.stderr.flush()

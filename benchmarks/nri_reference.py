@@ -40,8 +40,8 @@ back what it wrote, the journal).
 
 ``--duties`` adds one run in which the plugin's handlers do every duty the product keeps on the
 request path (bounds, node facts, the lock, record lookups, the check that no other record holds
-the CPUs, both records written before the answer, the pod quota read, written and read back, a log
-line) with the system calls the product makes for them, in one straight-line function per event
+the CPUs, both records journaled before the answer and written after it, the pod quota read,
+written and read back, a log line) with the system calls the product makes for them, in one straight-line function per event
 (``benchmarks/nri_duties.py``): the floor of a Python plugin that keeps the product's guarantees.
 Between it and ``--go-work`` is what the duties cost; between the product and it, what the
 product's structure (engine, layers, record classes) costs.

@@ -120,8 +120,12 @@ bad.linux.cgroup_parent = "/kubepods/../etc"
 out["bad_path"] = refused(api.CreateContainerRequest(pod=bad, container=bctr))
 h.stop_container(wire("StopContainerRequest", api.StopContainerRequest(pod=pod, container=ctr)))
 out["pod_quota_after_stop"] = quota()
+out["journal_until_the_answer"] = [records(), os.path.getsize(os.path.join(STATE, "lock")) > 0]
+h.after_answer()
 out["records_after_stop"] = records()
+out["journal_after_the_answer"] = os.path.getsize(os.path.join(STATE, "lock"))
 h.remove_container(wire("RemoveContainerRequest", api.RemoveContainerRequest(pod=pod, container=ctr)))
+h.after_answer()
 out["pod_quota_after_remove"] = quota()
 out["kept_quota_fds"] = len(kept["quota_fds"])
 print(json.dumps(out))
@@ -138,7 +142,10 @@ def test_the_device_does_the_products_duties(fake_node: Any) -> None:
         "cpus_held": f"CPUs held by {APP}.json",  # no checkpoint: another record's exclusive CPUs
         "bad_path": "cgroup path '/kubepods/../etc'",
         "pod_quota_after_stop": 200000,
+        # the removals journaled in the lock file, done once the answer is sent, as the product's store does
+        "journal_until_the_answer": [{"containers": [APP + ".json"], "pods": ["pod" + POD_UID + ".json"]}, True],
         "records_after_stop": {"containers": [], "pods": []},
+        "journal_after_the_answer": 0,
         "pod_quota_after_remove": 200000,  # given back once
         "kept_quota_fds": 0,
     }
