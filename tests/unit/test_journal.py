@@ -290,3 +290,44 @@ def test_replay_reads_a_journal_longer_than_its_first_read(tmp_path: Path) -> No
     finally:
         os.close(fd)
     assert list_records(state_dir, "containers") == sorted(names)
+
+
+def test_a_journal_that_cannot_be_written_stays_for_the_next_holder(tmp_path: Path) -> None:
+    """A record that cannot be written (here: a file where its directory is to be made) is not a
+    bad entry: the whole journal stays, and is done once it can be."""
+    state_dir = str(tmp_path / "state")
+    data = _journal(format_journal_entry("containers", "c1", _record("c1")))
+    os.close(_lock_file(state_dir, data))
+    blocker = os.path.join(state_dir, "containers")
+    with open(blocker, "w", encoding="utf-8"):
+        pass
+    with pytest.raises(RecordError, match="cannot"):
+        with state_lock(state_dir):
+            pass
+    assert Path(state_dir, "lock").read_bytes() == data
+    os.unlink(blocker)
+    with state_lock(state_dir):
+        assert list_records(state_dir, "containers") == ["c1"]
+    assert os.path.getsize(os.path.join(state_dir, "lock")) == 0
+
+
+def test_status_says_a_journal_waits(tmp_path: Path, fake_node: Any) -> None:
+    """status reads without the lock: a journal in the lock file (the plugin's answer being sent, or
+    a plugin that stopped) is named as a node-wide problem, and gone once it is done."""
+    from mixed_cpus_hook.node.config import load_config
+    from mixed_cpus_hook.usecases.status import read_status_report
+
+    node = fake_node(version=1)
+    config = load_config(node.config_path)
+    lock = _journaling(config.state_dir)
+    with lock:
+        save_document(config.state_dir, "containers", "c1", container_doc("c1"))
+    _rows, problems = read_status_report(config)
+    size = os.path.getsize(os.path.join(config.state_dir, "lock"))
+    assert [p for p in problems if "journal" in p] == [
+        f"{os.path.join(config.state_dir, 'lock')}: a journal of {size} bytes waits: the NRI plugin's records of "
+        "its last event, written once its answer is sent (after a plugin that stopped, by its restart or the next "
+        "command): the rows may not show them yet"]
+    lock.complete()
+    assert not [p for p in read_status_report(config)[1] if "journal" in p]
+    lock.close()

@@ -541,7 +541,9 @@ def replay_journal(state_dir: str, fd: int) -> int:
     """Do the journal in the lock file ``fd`` (held) that a plugin left when it died: each whole entry
     in order (a record saved, as checked as a load checks it, or removed), then the file emptied.
     Returns how many entries were done. An entry that names no record or holds no valid one ends the
-    journal there: RecordError, once the file is emptied (what came before it is done)."""
+    journal there: RecordError, once the file is emptied (what came before it is done). A record that
+    cannot be written or removed (a full disk) raises its RecordError and leaves the whole journal in
+    the file for the next holder (doing an entry twice gives the same file)."""
     data = os.pread(fd, 4096, 0)  # empty but after a plugin died: no larger buffer for that
     if not data:
         return 0
@@ -557,24 +559,35 @@ def replay_journal(state_dir: str, fd: int) -> int:
             break
         try:
             path = record_path(state_dir, kind, name)
-            if record is None:
-                _delete_file(state_dir, kind, name, path)
-            else:
+            rec = None
+            if record is not None:
                 doc = parse_document(record, path)
                 rec = (parse_container_record(doc, name, path) if kind == "containers"
                        else parse_pod_record(doc, name, path))
-                folder, base = _split(path)
-                _remember(path, record, rec, _write_bytes(path, f".{name}.{_PID[0]}.tmp", record,
-                                                           _dir_fd(folder, create=True), base))
         except RecordError as exc:
             problem = f"entry {done + 1} ({kind} {name[:80]}): {exc}"
             break
+        if record is None:
+            _delete_file(state_dir, kind, name, path)
+        else:
+            folder, base = _split(path)
+            _remember(path, record, rec, _write_bytes(path, f".{name}.{_PID[0]}.tmp", record,
+                                                       _dir_fd(folder, create=True), base))
         done += 1
     os.ftruncate(fd, 0)
     if problem:
         raise RecordError(f"the journal of a plugin that stopped: {problem}; {done} entries done, the rest "
                           "dropped", lock)
     return done
+
+
+def read_journal_size(state_dir: str) -> int:
+    """How many bytes of journal the state lock's file holds (0: none, or no file), by a stat: for
+    ``status``, which reads without the lock."""
+    try:
+        return os.stat(os.path.join(state_dir, "lock"), follow_symlinks=False).st_size
+    except OSError:
+        return 0
 
 
 class HeldStateLock:
@@ -697,7 +710,7 @@ class HeldStateLock:
         entries = self.entries
         try:
             for path, (kind, data, rec) in entries.items():
-                del _OVERLAY[path]
+                _OVERLAY.pop(path, None)
                 name = path.rpartition("/")[2][:-5]
                 if data is None:
                     _delete_file(self.state_dir, kind, name, path)

@@ -17,7 +17,7 @@ from ..core.plan import Observed
 from ..core.quota import format_quota_value
 from ..node.config import Config
 from ..node.facts import NodeFacts, read_node_facts
-from ..store.records import list_records, load_container
+from ..store.records import list_records, load_container, read_journal_size
 from .common import check_membership, exists, inside, is_answer_written, live_members, observe, read_assigned
 from .reconcile import is_being_created, read_inconsistent_pods
 
@@ -54,6 +54,11 @@ def read_status_report(config: Config) -> Tuple[List[Dict[str, Any]], List[str]]
     except HookError as exc:
         problems.append(str(exc))
         ids = []
+    journal = read_journal_size(config.state_dir)
+    if journal:
+        problems.append(f"{os.path.join(config.state_dir, 'lock')}: a journal of {journal} bytes waits: the NRI "
+                        "plugin's records of its last event, written once its answer is sent (after a plugin "
+                        "that stopped, by its restart or the next command): the rows may not show them yet")
     frozen = read_inconsistent_pods(config.state_dir, ids)
     rows = [read_status_row(config.state_dir, node, cid, problems, frozen) for cid in ids]
     return rows, problems
