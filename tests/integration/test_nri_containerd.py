@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from typing import Callable, Dict, List
 
@@ -262,6 +263,48 @@ def test_plugin_killed_and_restarted_resyncs(nri):
     pod2 = nri.kube.pod(name="du2")
     cid2 = nri.kube.container(pod2)
     assert_mixed(nri, pod2, cid2)
+
+
+def tracer_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+
+
+def test_plugin_killed_before_it_writes_its_answers_records_leaves_them_to_its_restart(nri):
+    """A creation's records are journaled in the state lock's file before the answer and written
+    after it. The plugin is killed (SIGKILL, by strace at its first rename after it is attached: the
+    first record file of the creation's answer) with the container created mixed and no record file
+    written; its restart does the journal before anything else: the container is tracked, its pod
+    raised once, and its release gives everything back."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (scripts/install-deps.sh installs it)")
+    plugin = nri.plugin()
+    pod = nri.kube.pod()
+    assert plugin.proc is not None
+    pid = plugin.proc.pid
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-p", str(pid), "-e", "trace=rename,renameat,renameat2",
+                               "-e", "inject=rename,renameat,renameat2:signal=KILL:when=1"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: tracer_of(pid) == tracer.pid, True, 10.0), "strace did not attach"
+        cid = nri.kube.container(pod)
+        assert plugin.proc.wait(timeout=SETTLE) == -9, plugin.log()
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+        tracer.wait(timeout=10)
+    lock = os.path.join(nri.node.state_dir, "lock")
+    with open(lock, "rb") as f:
+        journal = f.read()
+    assert journal.startswith(b"mixed-cpus-hook journal 1\n") and f"save containers {cid} ".encode() in journal
+    assert nri.records() == [], "a record file was written before the kill"
+    assert nri.kube.values(pod, cid) == MIXED_VALUES  # the runtime had the answer
+    plugin.start()  # Synchronize: the journal first, then the container is tracked (not admitted again)
+    assert wait_for(lambda: cid in nri.records(), True, SETTLE) is True
+    assert os.path.getsize(lock) == 0
+    assert_mixed(nri, pod, cid)  # its pod raised once
+    release(nri, cid)
+    assert pod.quota() == PLAIN["pod_quota"]
 
 
 def release(nri: NriWorld, cid: str) -> None:
