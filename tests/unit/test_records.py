@@ -791,3 +791,23 @@ def test_a_name_that_misses_again_is_the_newest_miss_again(tmp_path: Path) -> No
         assert store.load_container(state_dir, f"c{i}") is None
     assert (state_dir, "pods", "pod1") in records._PATHS
     assert sum(1 for k in records._PATHS if k[0] == state_dir) <= records.MAX_MISSED
+
+
+def test_a_removed_pods_name_is_not_checked_again_when_its_record_comes_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod's record goes with its last member and comes back with the next (a restarted container)."""
+    from mixed_cpus_hook.store import records
+
+    state_dir = str(tmp_path / "state")
+    checked: List[str] = []
+
+    def counted(value: str, pattern: str = records.ID_PATTERN) -> bool:
+        checked.append(value)
+        return is_plain_name(value, pattern)
+
+    monkeypatch.setattr(records, "is_plain_name", counted)
+    for _ in range(3):
+        records.save_document(state_dir, "pods", "pod1", {"schema": 2})
+        assert records.delete_record(state_dir, "pods", "pod1")
+        assert store.load_pod(state_dir, "pod1") is None
+    assert checked == ["pod1"]

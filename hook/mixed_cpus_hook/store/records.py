@@ -83,7 +83,8 @@ QUOTA_FIELDS = frozenset(("base", "applied", "period", "ours"))
 # never have a record (their events only ask whether they do: each kept name held about 560 bytes,
 # and the plugin's memory grew by 1 MiB per 1000 containers until MAX_PATHS cleared them), while a
 # creation misses its container's and its pod's records and then saves both under the same names.
-# A removal forgets the name. Bounded.
+# A removed record's name counts as one that missed (a pod's record goes with its last member and
+# comes back with the next). Bounded.
 _PATHS: Dict[Tuple[str, str, str], str] = {}
 MAX_PATHS = 4096
 _MISSED: OrderedDict[Tuple[str, str, str], None] = OrderedDict()
@@ -91,10 +92,10 @@ MAX_MISSED = 16
 
 
 def _missed(key: Tuple[str, str, str]) -> None:
-    """A lookup of record_path's name ``key`` found no record: the name missed longest ago beyond the
-    last MAX_MISSED distinct ones is forgotten (a name saved since is only named again: record_path's
-    check once more). A name that misses again is the newest again (a pod's record goes with its last
-    member and comes back with the next)."""
+    """A lookup of record_path's name ``key`` found no record (or its record was removed): the name
+    missed longest ago beyond the last MAX_MISSED distinct ones is forgotten (a name saved since is
+    only named again: record_path's check once more). A name that misses again is the newest again
+    (a pod's record goes with its last member and comes back with the next)."""
     _MISSED[key] = None
     _MISSED.move_to_end(key)
     if len(_MISSED) > MAX_MISSED:
@@ -1013,7 +1014,7 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
 def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:
     _PARSED.pop(path, None)
     folder, base = _split(path)
-    _PATHS.pop((state_dir, kind, name), None)
+    _missed((state_dir, kind, name))
     try:
         _in_dir(folder, os.unlink, base)
         return True
