@@ -756,6 +756,20 @@ def test_record_path_is_os_path_join(state_dir: str, kind: str, name: str) -> No
     assert path == os.path.join(state_dir, kind, name + ".json")
 
 
+def count_name_checks(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """The names record_path checks from now on (its is_plain_name), in order."""
+    from mixed_cpus_hook.store import records
+
+    checked: List[str] = []
+
+    def counted(value: str, pattern: str = records.ID_PATTERN) -> bool:
+        checked.append(value)
+        return is_plain_name(value, pattern)
+
+    monkeypatch.setattr(records, "is_plain_name", counted)
+    return checked
+
+
 # A creation looks its container's and its pod's records up, finds none, and saves both: each name is
 # checked once (record_path's is_plain_name), not again at its save.
 @pytest.mark.parametrize("kind, lookup", [
@@ -768,13 +782,7 @@ def test_a_name_that_missed_is_checked_once_for_its_save(tmp_path: Path, monkeyp
     from mixed_cpus_hook.store import records
 
     state_dir = str(tmp_path / "state")
-    checked: List[str] = []
-
-    def counted(value: str, pattern: str = records.ID_PATTERN) -> bool:
-        checked.append(value)
-        return is_plain_name(value, pattern)
-
-    monkeypatch.setattr(records, "is_plain_name", counted)
+    checked = count_name_checks(monkeypatch)
     assert not lookup(state_dir, "new1")
     records.save_document(state_dir, kind, "new1", {"schema": 2})
     assert checked == ["new1"]
@@ -799,13 +807,7 @@ def test_a_removed_pods_name_is_not_checked_again_when_its_record_comes_back(
     from mixed_cpus_hook.store import records
 
     state_dir = str(tmp_path / "state")
-    checked: List[str] = []
-
-    def counted(value: str, pattern: str = records.ID_PATTERN) -> bool:
-        checked.append(value)
-        return is_plain_name(value, pattern)
-
-    monkeypatch.setattr(records, "is_plain_name", counted)
+    checked = count_name_checks(monkeypatch)
     for _ in range(3):
         records.save_document(state_dir, "pods", "pod1", {"schema": 2})
         assert records.delete_record(state_dir, "pods", "pod1")
