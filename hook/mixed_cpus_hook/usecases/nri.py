@@ -525,13 +525,19 @@ class NriEngine:
         try:
             self.lock.complete()
         except HookError as exc:  # the journal stays in the lock file: done at the next event
+            self.telemetry.error("records", exc.kind)
             self.reporter.error(f"nri: saving the records after the answer: {exc}")
 
     def tracks(self, cid: str) -> bool:
         """Whether ``cid`` (a plain id, checked by the caller) has a record (the store's own
         container_exists: one stat in the kept directory). A state directory that cannot be used
-        tracks nothing here: kubelet's update passes, and reconcile and status name the problem."""
+        tracks nothing here: kubelet's update passes, and reconcile and status name the problem.
+        Records an earlier answer left unwritten (its journal's writing failed) are written first
+        (a use of the lock does it): until then their containers would look untracked."""
         try:
+            if self.lock.unfinished:
+                with self.lock:
+                    pass
             return container_exists(self.state_dir, cid)
         except HookError:
             return False
