@@ -571,9 +571,7 @@ def replay_journal(state_dir: str, fd: int) -> int:
         if record is None:
             _delete_file(state_dir, kind, name, path)
         else:
-            folder, base = _split(path)
-            _remember(path, record, rec, _write_bytes(path, f".{name}.{_PID[0]}.tmp", record,
-                                                       _dir_fd(folder, create=True), base))
+            _write_record(path, record, rec)
         done += 1
     os.ftruncate(fd, 0)
     if problem:
@@ -712,14 +710,10 @@ class HeldStateLock:
         try:
             for path, (kind, data, rec) in entries.items():
                 _OVERLAY.pop(path, None)
-                name = path.rpartition("/")[2][:-5]
                 if data is None:
-                    _delete_file(self.state_dir, kind, name, path)
-                    continue
-                folder, base = _split(path)
-                key = _write_bytes(path, f".{name}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
-                if rec is not None:
-                    _remember(path, data, rec, key)
+                    _delete_file(self.state_dir, kind, path.rpartition("/")[2][:-5], path)
+                else:
+                    _write_record(path, data, rec)
             os.ftruncate(self.fd, 0)
         except BaseException:
             self.unfinished = True
@@ -933,11 +927,17 @@ def _save(state_dir: str, kind: str, name: str, doc: Dict[str, Any], rec: Any = 
     if journal is not None:
         journal.save(kind, path, data, rec)
         return path
+    _write_record(path, data, rec)
+    return path
+
+
+def _write_record(path: str, data: bytes, rec: Any) -> None:
+    """``data`` as the record file ``path`` (record_path's), through its folder's kept descriptor;
+    ``rec`` (what they parse to; None: not known) remembered for them."""
     folder, base = _split(path)
-    key = _write_bytes(path, f".{name}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
+    key = _write_bytes(path, f".{base[:-5]}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
     if rec is not None:
         _remember(path, data, rec, key)
-    return path
 
 
 # This process's id, for the temporaries' names (asked once, and again in a forked child).
@@ -947,12 +947,9 @@ os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_whole(path: str, tmp: str, doc: Dict[str, Any], dir_fd: Optional[int] = None, base: str = ""
-                 ) -> Tuple[bytes, Tuple[int, int, int]]:
-    """``doc`` as JSON (format_document's bytes) in ``path``, as _write_bytes writes them; returns the
-    bytes and the file's identity."""
-    data = format_document(doc)
-    return data, _write_bytes(path, tmp, data, dir_fd, base)
+def _write_whole(path: str, tmp: str, doc: Dict[str, Any]) -> None:
+    """``doc`` as JSON (format_document's bytes) in ``path``, as _write_bytes writes them."""
+    _write_bytes(path, tmp, format_document(doc))
 
 
 def _write_bytes(path: str, tmp: str, data: bytes, dir_fd: Optional[int] = None, base: str = "") -> Tuple[int, int, int]:
