@@ -24,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional, Tuple
 
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
@@ -42,6 +44,33 @@ GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED  # the directory itself went: 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
 READ_SIZE = 65536
 MAX_READS = 16  # a drain reads at most this many buffers (the kernel queues at most max_queued_events)
+
+
+def format_event_size(name_length: int) -> int:
+    """Bytes of one queued event naming an entry of ``name_length`` bytes: the struct, then the name
+    and its NUL padded to the struct's size (the kernel's rounding)."""
+    return _EVENT.size + (name_length + _EVENT.size) // _EVENT.size * _EVENT.size
+
+
+def open_inotify(libc: Any = None) -> Tuple[Optional[int], Any, str]:
+    """(a non-blocking inotify descriptor or None, libc, why there is none): libc's inotify_init1
+    through ctypes (loaded only by the resident plugin)."""
+    import ctypes
+
+    try:
+        libc = libc or ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, AttributeError) as exc:  # no libc inotify (not Linux)
+        return None, libc, f"inotify is not available: {exc}"
+    if fd < 0:
+        return None, libc, f"inotify_init1: {os.strerror(ctypes.get_errno())}"
+    return fd, libc, ""
+
+
+def add_watch(libc: Any, fd: int, path: str, mask: int) -> int:
+    """inotify_add_watch of ``path`` for the events of ``mask`` (with its flags); the watch
+    descriptor, or -1 (ctypes.get_errno says why)."""
+    return int(libc.inotify_add_watch(fd, os.fsencode(path), mask))
 
 
 def parse_events(data: bytes, name: bytes) -> Tuple[bool, bool]:
@@ -90,18 +119,14 @@ class FileWatch:
         if not os.path.isdir(self.directory):  # asked before ctypes is loaded: a node without kubelet
             self.problem = f"{self.directory}: no such directory"
             return False
-        import ctypes
+        fd, libc, problem = open_inotify(self._libc)
+        self._libc = libc
+        if fd is None:
+            self.problem = problem
+            return False
+        if add_watch(libc, fd, self.directory, MASK) < 0:
+            import ctypes
 
-        try:
-            libc = self._libc = self._libc or ctypes.CDLL(None, use_errno=True)
-            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        except (OSError, AttributeError) as exc:  # no libc inotify (not Linux)
-            self.problem = f"inotify is not available: {exc}"
-            return False
-        if fd < 0:
-            self.problem = f"inotify_init1: {os.strerror(ctypes.get_errno())}"
-            return False
-        if libc.inotify_add_watch(fd, os.fsencode(self.directory), MASK) < 0:
             self.problem = f"inotify_add_watch {self.directory}: {os.strerror(ctypes.get_errno())}"
             os.close(fd)
             return False

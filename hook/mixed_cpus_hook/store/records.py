@@ -185,6 +185,7 @@ def _reopened(folder: str, create: bool = False) -> Optional[int]:
         except OSError:
             pass
         _DIRS.close(folder)
+    _lost(folder)  # the folder was made again: what its watch knew is of the old one
     return _open_dir(folder, create)
 
 
@@ -210,6 +211,10 @@ def _exists(folder: str, name: str) -> bool:
     raises, which costs about 6 us from cold caches): most of a node's containers have no record,
     and each of their events asks. A kept descriptor of a directory removed since is replaced
     (_reopened) and the name asked again there."""
+    if _TRUSTED:
+        known = _TRUSTED.get(folder)
+        if known is not None:
+            return name in (known.names if known.names is not None else _known_names(folder, known))
     fd = _dir_fd(folder)
     if fd is None:
         return False
@@ -495,6 +500,8 @@ def _not_the_holder() -> None:
     would release the parent's: they share the lock file's description)."""
     _JOURNALS.clear()
     _OVERLAY.clear()
+    _WATCHED.clear()  # the parent's inotify descriptor: its events are the parent's to read
+    _TRUSTED.clear()
 
 
 os.register_at_fork(after_in_child=_not_the_holder)
@@ -589,6 +596,173 @@ def read_journal_size(state_dir: str) -> int:
         return 0
 
 
+# -- the watch: what a resident plugin knows of its record folders between its uses of the lock ----
+# The plugin looks its records up at every event (a creation: its container's and its pod's, both
+# missing, and with no kubelet checkpoint every record, to see that no other holds its CPUs): a
+# system call or more each (faccessat, fstat, a listing), paid from cold caches on the runtime's
+# clock. With ``HeldStateLock.watching`` (the plugin sets it) an inotify watch on ``containers/``
+# and ``pods/`` says whether anything changed in them since this process last held the lock:
+# every change to a folder (an entry made, renamed, removed, written or touched) queues an event,
+# synchronously, within the system call that made it, so a writer's events are queued before its
+# lock is released. This process's own writes queue events too: each one it makes adds their bytes
+# (a save's temporary made, written and renamed, a removal) to what it expects, and when the bytes
+# queued at its next taking of the lock are exactly those, no one else changed the folders (an
+# event is never split or dropped but whole, and one identical to the event before it, the only
+# merging, never follows one of ours). Then what it knew stays true: the names in each folder
+# (listed once, then kept by its own saves and removals) and the identity of each record it read
+# or wrote while so watched, and a lookup needs no system call. Any other byte (another process's
+# write, an edit by hand, a queue that overflowed, a folder removed) drops all of it and starts the
+# watch again: the lookups stat and list as without a watch until they have learnt again. A use of
+# the lock that is not the watching one (the plugin's reconcile under state_lock) reads as without
+# a watch; its writes are counted like any other of this process.
+WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, attrib, moved from/to, create, delete, self deleted/moved
+MAX_WATCH_READ = 1 << 16  # more queued than one read of this: drop and start again
+
+
+class _Known:
+    """What the watching process knows of one record folder: its ``*.json`` names and their inodes
+    (None: not listed since the watch began), and the identity (inode, size, time) of each record it
+    read or wrote since."""
+
+    __slots__ = ("names", "verified")
+
+    def __init__(self) -> None:
+        self.names: Optional[Dict[str, int]] = None
+        self.verified: Dict[str, Tuple[int, int, int]] = {}
+
+
+class RecordWatch:
+    """The inotify watch of one state directory's record folders (see above); ``check`` once the lock
+    is taken: what is known may be used (``_TRUSTED``) until ``release``. Never raises OSError: a
+    node where inotify is refused is served by stat and listing, as without one."""
+
+    def __init__(self, state_dir: str, libc: Any = None) -> None:
+        self.folders = tuple(os.path.join(state_dir, kind) for kind in KINDS)
+        self.libc = libc
+        self.fd: Optional[int] = None
+        self.problem = ""  # why there is no watch, when there is none
+        self.wds: Dict[str, int] = {}  # folder -> watch descriptor
+        self.known: Dict[str, _Known] = {}
+        self.expected = 0  # bytes of events this process's own writes queued since the last check
+        self.size: Callable[[int], int] = int  # node.inotify.format_event_size, once started
+
+    def check(self) -> None:
+        """Under the lock: the events queued since the last check read; what is known kept when they
+        are exactly this process's own, else dropped and the watch started again. Each folder there
+        and watched is then trusted until ``release``."""
+        fd = self.fd
+        if fd is not None:
+            try:
+                data = os.read(fd, MAX_WATCH_READ)
+            except BlockingIOError:
+                data = b""
+            except OSError:
+                data = None
+            if data is None or len(data) != self.expected:
+                self.stop()
+        if self.fd is None:
+            self.start()
+        self.expected = 0
+        if self.fd is None:
+            return
+        for folder in self.folders:
+            if folder not in self.wds:
+                self._watch(folder)
+            known = self.known.get(folder)
+            if known is not None:
+                _TRUSTED[folder] = known
+
+    def start(self) -> None:
+        from ..node.inotify import format_event_size, open_inotify
+
+        self.size = format_event_size
+        self.fd, self.libc, self.problem = open_inotify(self.libc)
+
+    def _watch(self, folder: str) -> None:
+        """Watch ``folder`` once it has been there (a kept descriptor: the first save makes it): the
+        directory at its path opened again and watched through that descriptor (/proc/self/fd), so
+        that what is listed and what is watched are one directory."""
+        if _DIRS.get(folder) is None or self.fd is None:
+            return
+        from ..node.inotify import IN_ONLYDIR, add_watch
+
+        _DIRS.close(folder)
+        try:
+            fd = _open_dir(folder, create=False)
+        except RecordError:
+            return  # a link there, say: the lookups without the watch say so
+        if fd is None:
+            return
+        wd = add_watch(self.libc, self.fd, f"/proc/self/fd/{fd}", WATCH_MASK | IN_ONLYDIR)
+        if wd >= 0:
+            self.wds[folder] = wd
+            self.known[folder] = _Known()
+            _WATCHED[folder] = self
+
+    def stop(self) -> None:
+        """The watch closed (its queue with it) and all it knew dropped."""
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+        for folder in self.wds:
+            _WATCHED.pop(folder, None)
+            _TRUSTED.pop(folder, None)
+        self.wds = {}
+        self.known = {}
+        self.expected = 0
+
+    def saved(self, folder: str, base: str, key: Tuple[int, int, int]) -> None:
+        """This process saved record file ``base`` in ``folder`` (_write_bytes: its temporary
+        ``.<name>.<pid>.tmp`` made, written and renamed over it), with identity ``key``."""
+        tmp = len(base) + 1 + len(str(_PID[0]))  # ".<base minus .json>.<pid>.tmp"
+        self.expected += 3 * self.size(tmp) + self.size(len(os.fsencode(base)))
+        known = self.known.get(folder)
+        if known is not None:
+            if known.names is not None:
+                known.names[base] = key[0]
+            known.verified[base] = key
+
+    def removed(self, folder: str, base: str) -> None:
+        self.expected += self.size(len(os.fsencode(base)))
+        known = self.known.get(folder)
+        if known is not None:
+            if known.names is not None:
+                known.names.pop(base, None)
+            known.verified.pop(base, None)
+
+
+# folder -> the watch of its state directory (this process's); folder -> what may be used now.
+_WATCHED: Dict[str, RecordWatch] = {}
+_TRUSTED: Dict[str, _Known] = {}
+
+
+def _lost(folder: str) -> None:
+    """This process changed ``folder`` in a way the watch does not count (a failed write, the
+    folder made again): what its watch knows is dropped at once."""
+    watch = _WATCHED.get(folder)
+    if watch is not None:
+        watch.stop()
+
+
+def _known_names(folder: str, known: _Known) -> Dict[str, int]:
+    """The ``*.json`` names in trusted ``folder`` and their inodes: listed once (its kept
+    descriptor), then kept by this process's saves and removals."""
+    names = known.names
+    if names is None:
+        fd = _dir_fd(folder)
+        names = {}
+        if fd is not None:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if entry.name.endswith(".json"):
+                        names[entry.name] = entry.inode()
+        known.names = names
+    return names
+
+
 class HeldStateLock:
     """``state_lock`` for a resident process (the NRI plugin): the lock file stays open between
     uses, and each use checks (one stat) that it is still the file at its path before flock.
@@ -608,6 +782,8 @@ class HeldStateLock:
         self.fd = -1
         self.ident = (-1, -1)
         self.journaling = False
+        self.watching = False  # the record folders watched (RecordWatch): set before the first use
+        self.watch: Optional[RecordWatch] = None
         self.size = 0  # the journal's bytes in the lock file
         self.held = False  # past the use that journaled: until complete()
         self.unfinished = False  # a journal whose doing failed: replayed from the file at the next use
@@ -644,6 +820,10 @@ class HeldStateLock:
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
                     raise
                 self.unfinished = False
+        if self.watching:
+            if self.watch is None:
+                self.watch = RecordWatch(self.state_dir)
+            self.watch.check()
         if self.journaling:
             _JOURNALS[self.state_dir] = self
 
@@ -729,6 +909,7 @@ class HeldStateLock:
 
     def _release(self) -> None:
         _JOURNALS.pop(self.state_dir, None)
+        _TRUSTED.clear()
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
@@ -738,6 +919,8 @@ class HeldStateLock:
             self._forget()
             self.unfinished = True
         self.held = False
+        if self.watch is not None:  # the lock file went (the state directory made again, say)
+            self.watch.stop()
         if _JOURNALS.get(self.state_dir) is self:
             del _JOURNALS[self.state_dir]
         if self.fd >= 0:
@@ -771,7 +954,12 @@ def _read_record_stat(state_dir: str, kind: str, path: str) -> Tuple[Optional[by
         return None, None
     try:
         data, st = _in_dir(folder, read_regular_file_stat, name, MAX_RECORD_BYTES, follow=False)
-        return data, _identity(st)
+        key = _identity(st)
+        if _TRUSTED:
+            known = _TRUSTED.get(folder)
+            if known is not None:
+                known.verified[name] = key
+        return data, key
     except FileNotFoundError:
         return None, None
     except FileRefused as exc:
@@ -851,12 +1039,20 @@ def _read_remembered(state_dir: str, kind: str, path: str) -> Tuple[Optional[byt
     hit = _PARSED.get(path)
     if hit is not None and hit[2] is not None:
         folder, name = _split(path)
+        if _TRUSTED:
+            known = _TRUSTED.get(folder)
+            if known is not None and known.verified.get(name) == hit[2]:
+                return hit[0], hit[1], hit[2]  # the file it was when read or written: unchanged since
         fd = _dir_fd(folder)
         try:
             st = None if fd is None else os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError:
             st = None  # gone, or unreadable: the read below says which
         if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == hit[2]:
+            if _TRUSTED:
+                known = _TRUSTED.get(folder)
+                if known is not None:
+                    known.verified[name] = hit[2]
             return hit[0], hit[1], hit[2]
     data, key = _read_record_stat(state_dir, kind, path)
     if data is None:
@@ -935,7 +1131,14 @@ def _write_record(path: str, data: bytes, rec: Any) -> None:
     """``data`` as the record file ``path`` (record_path's), through its folder's kept descriptor;
     ``rec`` (what they parse to; None: not known) remembered for them."""
     folder, base = _split(path)
-    key = _write_bytes(path, f".{base[:-5]}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
+    watch = _WATCHED.get(folder) if _WATCHED else None
+    try:
+        key = _write_bytes(path, f".{base[:-5]}.{_PID[0]}.tmp", data, _dir_fd(folder, create=True), base)
+    except BaseException:
+        _lost(folder)  # some of the save's events queued, not counted
+        raise
+    if watch is not None:
+        watch.saved(folder, base, key)
     if rec is not None:
         _remember(path, data, rec, key)
 
@@ -1014,11 +1217,14 @@ def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:
     _missed((state_dir, kind, name))
     try:
         _in_dir(folder, os.unlink, base)
-        return True
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise RecordError(f"cannot remove: {exc.strerror}", path) from None
+    watch = _WATCHED.get(folder) if _WATCHED else None
+    if watch is not None:
+        watch.removed(folder, base)
+    return True
 
 
 def container_exists(state_dir: str, cid: str) -> bool:
@@ -1088,14 +1294,20 @@ def list_remembered(state_dir: str, kind: str) -> List[Tuple[str, Any]]:
 def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
     """(name, path, inode) of the records of one kind, sorted by name (one getdents: no stat)."""
     folder = _FOLDERS.get((state_dir, kind)) or os.path.join(state_dir, kind)
-    _check_dir(folder)
-    try:
-        with os.scandir(folder) as it:
-            entries = [(e.name[:-5], e.path, e.inode()) for e in it if e.name.endswith(".json")]
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise RecordError(f"cannot list: {exc.strerror}", folder) from None
+    known = _TRUSTED.get(folder) if _TRUSTED else None
+    if known is not None:  # watched: the names this process knows there
+        names = known.names if known.names is not None else _known_names(folder, known)
+        prefix = folder + "/"
+        entries = [(base[:-5], prefix + base, inode) for base, inode in names.items()]
+    else:
+        _check_dir(folder)
+        try:
+            with os.scandir(folder) as it:
+                entries = [(e.name[:-5], e.path, e.inode()) for e in it if e.name.endswith(".json")]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise RecordError(f"cannot list: {exc.strerror}", folder) from None
     # Temporaries end in ".tmp"; a leading dot is legal in an id ("...", ".x") and is listed. A name of
     # ASCII letters and digits (containerd's and CRI-O's ids) is plain without a Python call per name
     # (the NRI plugin lists its records at each change of kubelet's checkpoint).

@@ -189,6 +189,7 @@ def defer_writes(engine: "NriEngine") -> None:
     reports, and its records (journaled in the state lock's file meanwhile: store.records)."""
     engine.defer_reports = True
     engine.lock.journaling = True
+    engine.lock.watching = True
 
 
 class Plugin:
