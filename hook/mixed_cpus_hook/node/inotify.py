@@ -22,7 +22,7 @@ import struct
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional, Tuple
+    from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -73,20 +73,42 @@ def add_watch(libc: Any, fd: int, path: str, mask: int) -> int:
     return int(libc.inotify_add_watch(fd, os.fsencode(path), mask))
 
 
-def parse_events(data: bytes, name: bytes) -> Tuple[bool, bool]:
-    """(whether an event names ``name`` or lost events, whether the directory itself went) of a
-    buffer inotify gave (whole events only: the kernel never splits one across reads)."""
-    touched = gone = False
+def iter_events(data: bytes) -> Iterator[Tuple[int, int, bytes]]:
+    """(watch descriptor, mask, the entry's name or b"") of each event in a buffer inotify gave (whole
+    events only: the kernel never splits one across reads)."""
     offset, end = 0, len(data)
     while offset + _EVENT.size <= end:
-        _wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
         start = offset + _EVENT.size
         offset = start + length
+        yield wd, mask, data[start:offset].split(b"\0", 1)[0] if length else b""
+
+
+def parse_event_names(data: bytes) -> Tuple[Dict[int, Set[str]], Set[int]]:
+    """(the entry names each watch's events name, the watches whose directory itself went or whose
+    events were lost (-1: the queue overflowed)) of a buffer inotify gave."""
+    names: Dict[int, Set[str]] = {}
+    whole: Set[int] = set()
+    for wd, mask, name in iter_events(data):
+        if mask & IN_Q_OVERFLOW:
+            whole.add(-1)
+        elif mask & GONE:
+            whole.add(wd)
+        elif name:
+            names.setdefault(wd, set()).add(os.fsdecode(name))
+    return names, whole
+
+
+def parse_events(data: bytes, name: bytes) -> Tuple[bool, bool]:
+    """(whether an event names ``name`` or lost events, whether the directory itself went) of a
+    buffer inotify gave."""
+    touched = gone = False
+    for _wd, mask, entry in iter_events(data):
         if mask & IN_Q_OVERFLOW:
             touched = True
         if mask & GONE:
             gone = touched = True
-        elif length and data[start:offset].split(b"\0", 1)[0] == name:
+        elif entry and entry == name:
             touched = True
     return touched, gone
 

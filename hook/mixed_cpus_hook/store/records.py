@@ -36,7 +36,7 @@ from ..node.files import FileRefused, KeptFds, read_regular_file, read_regular_f
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
     T = TypeVar("T")
 
@@ -616,7 +616,11 @@ def read_journal_size(state_dir: str) -> int:
 # the lock that is not the watching one (the plugin's reconcile under state_lock) reads as without
 # a watch; its writes are counted like any other of this process.
 WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, attrib, moved from/to, create, delete, self deleted/moved
-MAX_WATCH_READ = 1 << 16  # more queued than one read of this: drop and start again
+# One read of the queue: a read takes every whole event that fits, so one that left more than the
+# largest event's room (16 bytes and a 255-byte name, padded) took all there was. More than that
+# queued: everything dropped and the watch started again.
+MAX_WATCH_READ = 1 << 16
+RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
 
 
 class _Known:
@@ -645,6 +649,8 @@ class RecordWatch:
         self.known: Dict[str, _Known] = {}
         self.expected = 0  # bytes of events this process's own writes queued since the last check
         self.size: Callable[[int], int] = int  # node.inotify.format_event_size, once started
+        self.refused: Set[str] = set()  # folders inotify would not watch (until the watch starts again)
+        self.retry = 0  # uses of the lock left before inotify is asked again, after it was refused
 
     def check(self) -> None:
         """Under the lock: the events queued since the last check read; what is known kept when they
@@ -658,17 +664,22 @@ class RecordWatch:
                 data = b""
             except OSError:
                 data = None
-            if data is None or len(data) != self.expected:
+            if data is None or len(data) != self.expected or len(data) > MAX_WATCH_READ - 512:
+                self._unverified(data)
                 self.stop()
-        if self.fd is None:
-            self.start()
         self.expected = 0
         if self.fd is None:
-            return
+            if self.retry:
+                self.retry -= 1
+                return
+            self.start()
+            if self.fd is None:
+                self.retry = RETRY_USES
+                return
         for folder in self.folders:
-            if folder not in self.wds:
-                self._watch(folder)
             known = self.known.get(folder)
+            if known is None and folder not in self.refused:
+                known = self._watch(folder)
             if known is not None:
                 _TRUSTED[folder] = known
 
@@ -678,26 +689,54 @@ class RecordWatch:
         self.size = format_event_size
         self.fd, self.libc, self.problem = open_inotify(self.libc)
 
-    def _watch(self, folder: str) -> None:
+    def _watch(self, folder: str) -> Optional[_Known]:
         """Watch ``folder`` once it has been there (a kept descriptor: the first save makes it): the
         directory at its path opened again and watched through that descriptor (/proc/self/fd), so
         that what is listed and what is watched are one directory."""
         if _DIRS.get(folder) is None or self.fd is None:
-            return
+            return None
         from ..node.inotify import IN_ONLYDIR, add_watch
 
         _DIRS.close(folder)
         try:
             fd = _open_dir(folder, create=False)
         except RecordError:
-            return  # a link there, say: the lookups without the watch say so
+            return None  # a link there, say: the lookups without the watch say so
         if fd is None:
-            return
+            return None
         wd = add_watch(self.libc, self.fd, f"/proc/self/fd/{fd}", WATCH_MASK | IN_ONLYDIR)
-        if wd >= 0:
-            self.wds[folder] = wd
-            self.known[folder] = _Known()
-            _WATCHED[folder] = self
+        if wd < 0:
+            import ctypes
+
+            self.problem = f"inotify_add_watch {folder}: {os.strerror(ctypes.get_errno())}"
+            self.refused.add(folder)
+            return None
+        self.wds[folder] = wd
+        known = self.known[folder] = _Known()
+        _WATCHED[folder] = self
+        return known
+
+    def _unverified(self, data: Optional[bytes]) -> None:
+        """Events this process did not count: the records they name (all in a folder that went, all
+        when the events were more than one read or lost) are remembered without their identity. A
+        change may have kept a file's inode, size and time (an edit in place, its time set back): each
+        such record is read again and its bytes compared (_read_remembered: the same bytes give the
+        same record, unparsed); the others keep the identity a stat compares, as without a watch."""
+        from ..node.inotify import parse_event_names
+
+        names, whole = parse_event_names(data or b"")
+        if data is None or len(data) > MAX_WATCH_READ - 512 or -1 in whole:  # more may be queued
+            whole = set(self.wds.values())
+        for folder, wd in self.wds.items():
+            if wd in whole:
+                prefix = folder + "/"
+                paths = [path for path in _PARSED if path.startswith(prefix)]
+            else:
+                paths = [folder + "/" + name for name in names.get(wd, ())]
+            for path in paths:
+                hit = _PARSED.get(path)
+                if hit is not None:
+                    _PARSED[path] = (hit[0], hit[1], None)
 
     def stop(self) -> None:
         """The watch closed (its queue with it) and all it knew dropped."""
@@ -713,6 +752,7 @@ class RecordWatch:
         self.wds = {}
         self.known = {}
         self.expected = 0
+        self.refused = set()
 
     def saved(self, folder: str, base: str, key: Tuple[int, int, int]) -> None:
         """This process saved record file ``base`` in ``folder`` (_write_bytes: its temporary
@@ -1215,6 +1255,8 @@ def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:
     _PARSED.pop(path, None)
     folder, base = _split(path)
     _missed((state_dir, kind, name))
+    if _TRUSTED and folder in _TRUSTED and not _exists(folder, base):
+        return False
     try:
         _in_dir(folder, os.unlink, base)
     except FileNotFoundError:
