@@ -362,3 +362,16 @@ def test_inotify_is_asked_once_not_at_every_use(state_dir: str, refuse: str, cal
         with lock:
             pass
         assert libc.calls == {"init": 2}
+
+
+def test_the_events_of_a_use_are_read_before_its_lock_is_released(state_dir: str) -> None:
+    """Off the next event's path: that event's check then finds the queue empty."""
+    lock = _learnt(state_dir)
+    assert lock.watch is not None and lock.watch.fd is not None
+    with lock:
+        save_document(state_dir, "containers", "c3", container_doc("c3"))
+        delete_record(state_dir, "containers", "c1")
+        assert lock.watch.expected > 0
+    with pytest.raises(BlockingIOError):
+        os.read(lock.watch.fd, 4096)
+    assert lock.watch.expected == 0 and lock.watch.known

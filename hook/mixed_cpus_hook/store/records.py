@@ -652,14 +652,32 @@ class RecordWatch:
         self.refused: Set[str] = set()  # folders inotify would not watch (until the watch starts again)
         self.retry = 0  # uses of the lock left before inotify is asked again, after it was refused
 
+    def settle(self) -> None:
+        """Under the lock, once this process's writes are done (before it is released): the events
+        they queued read now, off the next event's path, which then finds the queue empty (one read
+        that returns nothing); what is known kept when they are exactly those, else dropped."""
+        fd = self.fd
+        if fd is None or not self.expected:
+            return
+        try:
+            data: Optional[bytes] = os.read(fd, MAX_WATCH_READ)
+        except BlockingIOError:
+            data = b""
+        except OSError:
+            data = None
+        if data is None or len(data) != self.expected or len(data) > MAX_WATCH_READ - 512:
+            self._unverified(data)
+            self.stop()
+        self.expected = 0
+
     def check(self) -> None:
-        """Under the lock: the events queued since the last check read; what is known kept when they
-        are exactly this process's own, else dropped and the watch started again. Each folder there
-        and watched is then trusted until ``release``."""
+        """Under the lock, once taken: the events queued since it was last released (or the last
+        check) read; what is known kept when they are exactly this process's own, else dropped and the
+        watch started again. Each folder there and watched is then trusted until ``release``."""
         fd = self.fd
         if fd is not None:
             try:
-                data = os.read(fd, MAX_WATCH_READ)
+                data: Optional[bytes] = os.read(fd, MAX_WATCH_READ)
             except BlockingIOError:
                 data = b""
             except OSError:
@@ -950,6 +968,8 @@ class HeldStateLock:
     def _release(self) -> None:
         _JOURNALS.pop(self.state_dir, None)
         _TRUSTED.clear()
+        if self.watch is not None:
+            self.watch.settle()
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
