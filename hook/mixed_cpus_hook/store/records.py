@@ -23,6 +23,7 @@ import json
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import stat
+import sys
 from collections import OrderedDict
 
 from ..core.bounds import MAX_PERIOD, MAX_QUOTA
@@ -620,6 +621,7 @@ WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, 
 # largest event's room (16 bytes and a 255-byte name, padded) took all there was. More than that
 # queued: everything dropped and the watch started again.
 MAX_WATCH_READ = 1 << 16
+_BYTEORDER = sys.byteorder
 RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
 
 
@@ -650,15 +652,20 @@ class RecordWatch:
         self.expected = 0  # bytes of events this process's own writes queued since the last check
         self.size: Callable[[int], int] = int  # node.inotify.format_event_size, once started
         self.refused: Set[str] = set()  # folders inotify would not watch (until the watch starts again)
+        self.fionread = 0
+        self.queued = bytearray(4)  # FIONREAD's int
         self.retry = 0  # uses of the lock left before inotify is asked again, after it was refused
 
     def settle(self) -> None:
         """Under the lock, once this process's writes are done (before it is released): the events
-        they queued read now, off the next event's path, which then finds the queue empty (one read
-        that returns nothing); what is known kept when they are exactly those, else dropped."""
-        fd = self.fd
-        if fd is None or not self.expected:
-            return
+        they queued read now, off the next event's path, which then finds the queue empty (one ioctl
+        that says so); what is known kept when they are exactly those, else dropped."""
+        if self.expected and self.fd is not None:
+            self._take(self.fd)
+
+    def _take(self, fd: int) -> None:
+        """The queued events read; unless they are exactly the ``expected`` bytes (whole: a read that
+        left room for more took all), what is known dropped and the watch stopped."""
         try:
             data: Optional[bytes] = os.read(fd, MAX_WATCH_READ)
         except BlockingIOError:
@@ -672,20 +679,18 @@ class RecordWatch:
 
     def check(self) -> None:
         """Under the lock, once taken: the events queued since it was last released (or the last
-        check) read; what is known kept when they are exactly this process's own, else dropped and the
-        watch started again. Each folder there and watched is then trusted until ``release``."""
+        check), counted (FIONREAD: no read, no exception, while none are) and read when there are
+        any; what is known kept when they are exactly this process's own, else dropped and the watch
+        started again. Each folder there and watched is then trusted until ``release``."""
         fd = self.fd
         if fd is not None:
             try:
-                data: Optional[bytes] = os.read(fd, MAX_WATCH_READ)
-            except BlockingIOError:
-                data = b""
+                fcntl.ioctl(fd, self.fionread, self.queued, True)
+                queued = int.from_bytes(self.queued, _BYTEORDER)
             except OSError:
-                data = None
-            if data is None or len(data) != self.expected or len(data) > MAX_WATCH_READ - 512:
-                self._unverified(data)
-                self.stop()
-        self.expected = 0
+                queued = -1
+            if queued or self.expected:
+                self._take(fd)
         if self.fd is None:
             if self.retry:
                 self.retry -= 1
@@ -702,9 +707,12 @@ class RecordWatch:
                 _TRUSTED[folder] = known
 
     def start(self) -> None:
+        import termios  # FIONREAD's number is the architecture's
+
         from ..node.inotify import format_event_size, open_inotify
 
         self.size = format_event_size
+        self.fionread = termios.FIONREAD
         self.fd, self.libc, self.problem = open_inotify(self.libc)
 
     def _watch(self, folder: str) -> Optional[_Known]:
