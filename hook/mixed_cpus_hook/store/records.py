@@ -783,8 +783,9 @@ class RecordWatch:
     def saved(self, folder: str, base: str, key: Tuple[int, int, int]) -> None:
         """This process saved record file ``base`` in ``folder`` (_write_bytes: its temporary
         ``.<name>.<pid>.tmp`` made, written and renamed over it), with identity ``key``."""
-        tmp = len(base) + 1 + len(str(_PID[0]))  # ".<base minus .json>.<pid>.tmp"
-        self.expected += 3 * self.size(tmp) + self.size(len(os.fsencode(base)))
+        length = len(base) if base.isascii() else len(os.fsencode(base))
+        tmp = length + 1 + len(str(_PID[0]))  # ".<base minus .json>.<pid>.tmp"
+        self.expected += 3 * self.size(tmp) + self.size(length)
         known = self.known.get(folder)
         if known is not None:
             if known.names is not None:
@@ -792,7 +793,7 @@ class RecordWatch:
             known.verified[base] = key
 
     def removed(self, folder: str, base: str) -> None:
-        self.expected += self.size(len(os.fsencode(base)))
+        self.expected += self.size(len(base) if base.isascii() else len(os.fsencode(base)))
         known = self.known.get(folder)
         if known is not None:
             if known.names is not None:
@@ -821,10 +822,13 @@ def _known_names(folder: str, known: _Known) -> Dict[str, int]:
         fd = _dir_fd(folder)
         names = {}
         if fd is not None:
-            with os.scandir(fd) as it:
-                for entry in it:
-                    if entry.name.endswith(".json"):
-                        names[entry.name] = entry.inode()
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        if entry.name.endswith(".json"):
+                            names[entry.name] = entry.inode()
+            except OSError as exc:
+                raise RecordError(f"cannot list: {exc.strerror}", folder) from None
         known.names = names
     return names
 
