@@ -71,6 +71,8 @@ def install() -> Dict[str, bytes]:
 
     r._write_bytes = write_bytes
     r._JOURNALS = NoJournal()
+    # Nor does it watch the record folders (no file is written there): the lock's ``watching`` stays off.
+    r.HeldStateLock.watching = property(lambda self: False, lambda self, value: None)  # type: ignore[assignment]
     r._read_remembered = read_remembered
     r.read_record_bytes = read_record_bytes
     r.delete_record = delete_record

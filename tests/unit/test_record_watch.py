@@ -250,9 +250,14 @@ FOREIGN = [
 def test_a_change_the_watch_did_not_count_is_seen_at_the_next_use(
         state_dir: str, change: Callable[[str], None], names: List[str], namespace: Any) -> None:
     lock = _learnt(state_dir)
+    assert lock.watch is not None
+    inotify = lock.watch.fd
     change(state_dir)
     with lock:
         assert list_records(state_dir, "containers") == names == _truth(state_dir)
+        if os.path.exists(os.path.join(state_dir, "lock")) and change is not _state_dir_made_again:
+            # the descriptor kept: closing an inotify instance waits for the kernel (milliseconds)
+            assert lock.watch.fd == inotify
         rec = load_container(state_dir, "c1")
         assert (rec.identity.namespace if rec is not None else None) == namespace
         assert container_exists(state_dir, "c1") == (namespace is not None)

@@ -621,6 +621,7 @@ WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, 
 # largest event's room (16 bytes and a 255-byte name, padded) took all there was. More than that
 # queued: everything dropped and the watch started again.
 MAX_WATCH_READ = 1 << 16
+MAX_WATCH_READS = 64  # reads of one check at most (the kernel queues 16384 events by default): then closed
 _BYTEORDER = sys.byteorder
 RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
 
@@ -655,27 +656,34 @@ class RecordWatch:
         self.fionread = 0
         self.queued = bytearray(4)  # FIONREAD's int
         self.retry = 0  # uses of the lock left before inotify is asked again, after it was refused
+        self.dirty = False  # this process made events it did not count (a write that failed)
 
     def settle(self) -> None:
         """Under the lock, once this process's writes are done (before it is released): the events
         they queued read now, off the next event's path, which then finds the queue empty (one ioctl
         that says so); what is known kept when they are exactly those, else dropped."""
-        if self.expected and self.fd is not None:
+        if (self.expected or self.dirty) and self.fd is not None:
             self._take(self.fd)
 
     def _take(self, fd: int) -> None:
         """The queued events read; unless they are exactly the ``expected`` bytes (whole: a read that
-        left room for more took all), what is known dropped and the watch stopped."""
-        try:
-            data: Optional[bytes] = os.read(fd, MAX_WATCH_READ)
-        except BlockingIOError:
-            data = b""
-        except OSError:
-            data = None
-        if data is None or len(data) != self.expected or len(data) > MAX_WATCH_READ - 512:
-            self._unverified(data)
-            self.stop()
-        self.expected = 0
+        left room for more took all), the rest read too and what is known dropped (the descriptor
+        kept: closing an inotify instance waits for the kernel's grace period, milliseconds)."""
+        data = _read_events(fd)
+        if data is not None and len(data) == self.expected and len(data) <= MAX_WATCH_READ - 512 \
+                and not self.dirty:
+            self.expected = 0
+            return
+        reads = 1
+        while data is not None and len(data) > MAX_WATCH_READ - 512:  # more may be queued
+            self._unverified(data, True)
+            if reads == MAX_WATCH_READS:
+                self.stop()
+                return
+            data = _read_events(fd)
+            reads += 1
+        self._unverified(data, data is None)
+        self.forget()
 
     def check(self) -> None:
         """Under the lock, once taken: the events queued since it was last released (or the last
@@ -689,7 +697,7 @@ class RecordWatch:
                 queued = int.from_bytes(self.queued, _BYTEORDER)
             except OSError:
                 queued = -1
-            if queued or self.expected:
+            if queued or self.expected or self.dirty:
                 self._take(fd)
         if self.fd is None:
             if self.retry:
@@ -742,16 +750,18 @@ class RecordWatch:
         _WATCHED[folder] = self
         return known
 
-    def _unverified(self, data: Optional[bytes]) -> None:
+    def _unverified(self, data: Optional[bytes], everything: bool) -> None:
         """Events this process did not count: the records they name (all in a folder that went, all
-        when the events were more than one read or lost) are remembered without their identity. A
-        change may have kept a file's inode, size and time (an edit in place, its time set back): each
-        such record is read again and its bytes compared (_read_remembered: the same bytes give the
-        same record, unparsed); the others keep the identity a stat compares, as without a watch."""
+        when ``everything`` or the events were lost) are remembered without their identity. A change
+        may have kept a file's inode, size and time (an edit in place, its time set back): each such
+        record is read again and its bytes compared (_read_remembered: the same bytes give the same
+        record, unparsed); the others keep the identity a stat compares, as without a watch. A
+        folder whose watch went (the folder removed or moved) is watched again at the next check."""
         from ..node.inotify import parse_event_names
 
         names, whole = parse_event_names(data or b"")
-        if data is None or len(data) > MAX_WATCH_READ - 512 or -1 in whole:  # more may be queued
+        went = [folder for folder, wd in self.wds.items() if wd in whole]
+        if everything or -1 in whole:
             whole = set(self.wds.values())
         for folder, wd in self.wds.items():
             if wd in whole:
@@ -763,6 +773,20 @@ class RecordWatch:
                 hit = _PARSED.get(path)
                 if hit is not None:
                     _PARSED[path] = (hit[0], hit[1], None)
+        for folder in went:
+            del self.wds[folder]
+            self.known.pop(folder, None)
+            _WATCHED.pop(folder, None)
+
+    def forget(self) -> None:
+        """All that is known dropped, the inotify descriptor kept: each folder is watched again at the
+        next check (its directory opened again at its path: one made again since is the one watched
+        and listed then) and learnt again from the files."""
+        for folder in self.wds:
+            _TRUSTED.pop(folder, None)
+        self.known = {}
+        self.expected = 0
+        self.dirty = False
 
     def stop(self) -> None:
         """The watch closed (its queue with it) and all it knew dropped."""
@@ -778,6 +802,7 @@ class RecordWatch:
         self.wds = {}
         self.known = {}
         self.expected = 0
+        self.dirty = False
         self.refused = set()
 
     def saved(self, folder: str, base: str, key: Tuple[int, int, int]) -> None:
@@ -808,10 +833,22 @@ _TRUSTED: Dict[str, _Known] = {}
 
 def _lost(folder: str) -> None:
     """This process changed ``folder`` in a way the watch does not count (a failed write, the
-    folder made again): what its watch knows is dropped at once."""
+    folder made again): what its watch knows is dropped at once, and the events queued are read
+    and dropped at the next check (or release)."""
     watch = _WATCHED.get(folder)
     if watch is not None:
-        watch.stop()
+        watch.forget()
+        watch.dirty = True
+
+
+def _read_events(fd: int) -> Optional[bytes]:
+    """One read of an inotify queue: b"" when it is empty, None when the read fails."""
+    try:
+        return os.read(fd, MAX_WATCH_READ)
+    except BlockingIOError:
+        return b""
+    except OSError:
+        return None
 
 
 def _known_names(folder: str, known: _Known) -> Dict[str, int]:
