@@ -27,7 +27,8 @@ from test_records import container_doc, pod_doc
 
 
 @pytest.fixture()
-def state_dir(tmp_path: Path) -> Iterator[str]:
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setattr(store, "WATCH_FROM", 0)  # watched from the first use (the threshold: its own test)
     path = str(tmp_path / "state")
     yield path
     for lock in list(_LOCKS):
@@ -380,3 +381,23 @@ def test_the_events_of_a_use_are_read_before_its_lock_is_released(state_dir: str
     with pytest.raises(BlockingIOError):
         os.read(lock.watch.fd, 4096)
     assert lock.watch.expected == 0 and lock.watch.known
+
+
+def test_the_watch_starts_once_a_listing_finds_watch_from_records(state_dir: str, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """A node with few mixed containers never loads inotify (ctypes): a listing costs less than the watch."""
+    monkeypatch.setattr(store, "WATCH_FROM", 16)
+    monkeypatch.setattr(store, "_WANTED", set())
+    lock = _watched(state_dir)
+    for n in range(15):
+        with lock:
+            save_document(state_dir, "containers", f"c{n:02d}", container_doc(f"c{n:02d}"))
+            assert len(list_records(state_dir, "containers")) == n + 1
+    assert lock.watch is None
+    with lock:
+        save_document(state_dir, "containers", "c15", container_doc("c15"))
+        assert len(list_records(state_dir, "containers")) == 16  # the listing that finds 16
+    assert lock.watch is None
+    with lock:  # the next use watches
+        assert lock.watch is not None and store._TRUSTED
+        assert list_records(state_dir, "containers") == _truth(state_dir)

@@ -23,7 +23,6 @@ import json
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 import os
 import stat
-import sys
 from collections import OrderedDict
 
 from ..core.bounds import MAX_PERIOD, MAX_QUOTA
@@ -622,8 +621,15 @@ WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, 
 # queued: everything dropped and the watch started again.
 MAX_WATCH_READ = 1 << 16
 MAX_WATCH_READS = 64  # reads of one check at most (the kernel queues 16384 events by default): then closed
-_BYTEORDER = sys.byteorder
 RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
+# The watch starts once a listing of a folder (every creation without kubelet's checkpoint, every
+# change of the checkpoint) finds at least this many records: below that a listing costs less than
+# the watch itself (ctypes, 700 KiB of memory where kubelet's checkpoint watch did not load it; a
+# read of its events after each event that wrote), and a node that runs few mixed containers gains
+# nothing from it. 0: from the first use (tests).
+WATCH_FROM = 16
+# State directories where a listing found WATCH_FROM records: their watching lock starts the watch.
+_WANTED: Set[str] = set()
 
 
 class _Known:
@@ -653,14 +659,13 @@ class RecordWatch:
         self.expected = 0  # bytes of events this process's own writes queued since the last check
         self.size: Callable[[int], int] = int  # node.inotify.format_event_size, once started
         self.refused: Set[str] = set()  # folders inotify would not watch (until the watch starts again)
-        self.fionread = 0
-        self.queued = bytearray(4)  # FIONREAD's int
+        self.poller: Any = None  # select.poll of the descriptor, once started: whether anything is queued
         self.retry = 0  # uses of the lock left before inotify is asked again, after it was refused
         self.dirty = False  # this process made events it did not count (a write that failed)
 
     def settle(self) -> None:
         """Under the lock, once this process's writes are done (before it is released): the events
-        they queued read now, off the next event's path, which then finds the queue empty (one ioctl
+        they queued read now, off the next event's path, which then finds the queue empty (one poll
         that says so); what is known kept when they are exactly those, else dropped."""
         if (self.expected or self.dirty) and self.fd is not None:
             self._take(self.fd)
@@ -687,17 +692,11 @@ class RecordWatch:
 
     def check(self) -> None:
         """Under the lock, once taken: the events queued since it was last released (or the last
-        check), counted (FIONREAD: no read, no exception, while none are) and read when there are
-        any; what is known kept when they are exactly this process's own, else dropped and the watch
+        check), polled (no read, no exception, while none are) and read when there are any; what is known kept when they are exactly this process's own, else dropped and the watch
         started again. Each folder there and watched is then trusted until ``release``."""
         fd = self.fd
         if fd is not None:
-            try:
-                fcntl.ioctl(fd, self.fionread, self.queued, True)
-                queued = int.from_bytes(self.queued, _BYTEORDER)
-            except OSError:
-                queued = -1
-            if queued or self.expected or self.dirty:
+            if self.expected or self.dirty or self.poller.poll(0):
                 self._take(fd)
         if self.fd is None:
             if self.retry:
@@ -715,13 +714,15 @@ class RecordWatch:
                 _TRUSTED[folder] = known
 
     def start(self) -> None:
-        import termios  # FIONREAD's number is the architecture's
+        import select
 
         from ..node.inotify import format_event_size, open_inotify
 
         self.size = format_event_size
-        self.fionread = termios.FIONREAD
         self.fd, self.libc, self.problem = open_inotify(self.libc)
+        if self.fd is not None:
+            self.poller = select.poll()
+            self.poller.register(self.fd, select.POLLIN)
 
     def _watch(self, folder: str) -> Optional[_Known]:
         """Watch ``folder`` once it has been there (a kept descriptor: the first save makes it): the
@@ -928,9 +929,10 @@ class HeldStateLock:
                     raise
                 self.unfinished = False
         if self.watching:
-            if self.watch is None:
+            if self.watch is None and (self.state_dir in _WANTED or WATCH_FROM <= 0):
                 self.watch = RecordWatch(self.state_dir)
-            self.watch.check()
+            if self.watch is not None:
+                self.watch.check()
         if self.journaling:
             _JOURNALS[self.state_dir] = self
 
@@ -1424,6 +1426,8 @@ def _scan_records(state_dir: str, kind: str) -> List[Tuple[str, str, int]]:
     # (the NRI plugin lists its records at each change of kubelet's checkpoint).
     pattern = KINDS[kind]
     entries = [e for e in entries if (e[0].isascii() and e[0].isalnum()) or is_plain_name(e[0], pattern)]
+    if len(entries) >= WATCH_FROM and known is None:
+        _WANTED.add(state_dir)
     if _OVERLAY:
         entries = _overlaid(folder, entries)
     entries.sort()  # by name: names are distinct
