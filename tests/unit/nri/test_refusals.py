@@ -364,3 +364,43 @@ def test_untracked_update_costs_nothing(node: Any, reporter: Any, monkeypatch: A
     h = make(node, reporter)
     assert list(h.update_container(update("not-ours", "0-8191," * 9000)).update) == []
     assert calls == [] and logged(reporter) == ""
+
+
+THIRD = "c3" * 32
+THIRD_UID = "66666666-7777-8888-9999-000000000000"
+
+
+@pytest.mark.parametrize("watch_from", [pytest.param(0, id="watched"), pytest.param(10**6, id="unwatched")])
+def test_without_a_checkpoint_cpus_another_process_recorded_between_events_are_held(
+        fake_node: Callable[..., Any], reporter: Any, monkeypatch: Any, watch_from: int) -> None:
+    """The plugin's record folders watched (store/records.py, "the watch"): a record that another process
+    (the hook, a command, a second plugin) saved under the state lock since the last event is seen at
+    the next one, so its CPUs stay its own (a watch that missed it would admit a second container on them)."""
+    import multiprocessing
+
+    from mixed_cpus_hook.frontends.nri.plugin import defer_writes
+    from mixed_cpus_hook.store import records as store
+
+    monkeypatch.setattr(store, "WATCH_FROM", watch_from)
+    node = fake_node(version=2, online="0-7")
+    h = make(node, reporter)
+    defer_writes(h.engine)  # as the plugin runs it: journaled, and watched
+    admitted(node, h, APP, cpus="2-3")
+    h.after_answer()
+    admitted(node, h, THIRD, cpus="6", pod_uid=THIRD_UID)  # learnt: the folders listed while watched
+    h.after_answer()
+    assert (h.engine.lock.watch is not None) == (watch_from == 0)
+    node.add_container(OTHER, cpus="4", quota=200000, pod_quota=200000, pod_uid=OTHER_UID)
+
+    def another_process() -> None:
+        other = make(node, reporter)  # its own engine and lock (state_lock per event), no watch
+        other.create_container(create_request(OTHER, cpus="4", quota=200000, pod_uid=OTHER_UID))
+    child = multiprocessing.get_context("fork").Process(target=another_process)
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0 and set(node.records("containers")) == {APP, THIRD, OTHER}
+    node.add_container("d4" * 32, cpus="4", quota=200000, pod_quota=200000, pod_uid=OTHER_UID)
+    with pytest.raises(RequestFailed) as err:
+        h.create_container(create_request("d4" * 32, cpus="4", quota=200000, pod_uid=OTHER_UID))
+    assert f"cpuset 4 holds CPUs already exclusive to other containers (4 by {OTHER})" in str(err.value)
+    h.after_answer()
