@@ -67,10 +67,15 @@ def open_inotify(libc: Any = None) -> Tuple[Optional[int], Any, str]:
     return fd, libc, ""
 
 
-def add_watch(libc: Any, fd: int, path: str, mask: int) -> int:
-    """inotify_add_watch of ``path`` for the events of ``mask`` (with its flags); the watch
-    descriptor, or -1 (ctypes.get_errno says why)."""
-    return int(libc.inotify_add_watch(fd, os.fsencode(path), mask))
+def add_watch(libc: Any, fd: int, path: str, mask: int, what: str) -> Tuple[int, str]:
+    """inotify_add_watch of ``path`` for the events of ``mask`` (with its flags): (the watch
+    descriptor, "") or (-1, why not, naming ``what``)."""
+    wd = int(libc.inotify_add_watch(fd, os.fsencode(path), mask))
+    if wd >= 0:
+        return wd, ""
+    import ctypes  # loaded already: libc came from open_inotify
+
+    return -1, f"inotify_add_watch {what}: {os.strerror(ctypes.get_errno())}"
 
 
 def iter_events(data: bytes) -> Iterator[Tuple[int, int, bytes]]:
@@ -146,10 +151,9 @@ class FileWatch:
         if fd is None:
             self.problem = problem
             return False
-        if add_watch(libc, fd, self.directory, MASK) < 0:
-            import ctypes
-
-            self.problem = f"inotify_add_watch {self.directory}: {os.strerror(ctypes.get_errno())}"
+        wd, problem = add_watch(libc, fd, self.directory, MASK, self.directory)
+        if wd < 0:
+            self.problem = problem
             os.close(fd)
             return False
         self._fd, self.problem = fd, ""

@@ -610,15 +610,16 @@ def read_journal_size(state_dir: str) -> int:
 # event is never split or dropped but whole, and one identical to the event before it, the only
 # merging, never follows one of ours). Then what it knew stays true: the names in each folder
 # (listed once, then kept by its own saves and removals) and the identity of each record it read
-# or wrote while so watched, and a lookup needs no system call. Any other byte (another process's
-# write, an edit by hand, a queue that overflowed, a folder removed) drops all of it and starts the
-# watch again: the lookups stat and list as without a watch until they have learnt again. A use of
-# the lock that is not the watching one (the plugin's reconcile under state_lock) reads as without
-# a watch; its writes are counted like any other of this process.
+# or wrote while so watched, and a lookup needs no system call. Its own events are read when it
+# releases the lock (after the answer), so the next taking usually finds the queue empty. Any other
+# byte (another process's write, an edit by hand, a queue that overflowed, a folder removed) drops
+# all of it, the descriptor kept: the lookups stat and list as without a watch until they have
+# learnt again. A use of the lock that is not the watching one (the plugin's reconcile under
+# state_lock) reads as without a watch; its writes are counted like any other of this process.
 WATCH_MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, attrib, moved from/to, create, delete, self deleted/moved
 # One read of the queue: a read takes every whole event that fits, so one that left more than the
 # largest event's room (16 bytes and a 255-byte name, padded) took all there was. More than that
-# queued: everything dropped and the watch started again.
+# queued: read on, and what is known dropped.
 MAX_WATCH_READ = 1 << 16
 MAX_WATCH_READS = 64  # reads of one check at most (the kernel queues 16384 events by default): then closed
 RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
@@ -691,9 +692,10 @@ class RecordWatch:
         self.forget()
 
     def check(self) -> None:
-        """Under the lock, once taken: the events queued since it was last released (or the last
-        check), polled (no read, no exception, while none are) and read when there are any; what is known kept when they are exactly this process's own, else dropped and the watch
-        started again. Each folder there and watched is then trusted until ``release``."""
+        """Under the lock, once taken: the events queued since it was last released, polled (no read,
+        no exception, while none are) and read when there are any; what is known kept when they are
+        exactly this process's own, else dropped. Each folder there and watched is then trusted
+        until ``release``."""
         fd = self.fd
         if fd is not None:
             if self.expected or self.dirty or self.poller.poll(0):
@@ -730,7 +732,7 @@ class RecordWatch:
         that what is listed and what is watched are one directory."""
         if _DIRS.get(folder) is None or self.fd is None:
             return None
-        from ..node.inotify import IN_ONLYDIR, add_watch
+        from ..node.inotify import IN_ONLYDIR, add_watch  # loaded by start()
 
         _DIRS.close(folder)
         try:
@@ -739,11 +741,9 @@ class RecordWatch:
             return None  # a link there, say: the lookups without the watch say so
         if fd is None:
             return None
-        wd = add_watch(self.libc, self.fd, f"/proc/self/fd/{fd}", WATCH_MASK | IN_ONLYDIR)
+        wd, problem = add_watch(self.libc, self.fd, f"/proc/self/fd/{fd}", WATCH_MASK | IN_ONLYDIR, folder)
         if wd < 0:
-            import ctypes
-
-            self.problem = f"inotify_add_watch {folder}: {os.strerror(ctypes.get_errno())}"
+            self.problem = problem
             self.refused.add(folder)
             return None
         self.wds[folder] = wd
@@ -809,7 +809,7 @@ class RecordWatch:
     def saved(self, folder: str, base: str, key: Tuple[int, int, int]) -> None:
         """This process saved record file ``base`` in ``folder`` (_write_bytes: its temporary
         ``.<name>.<pid>.tmp`` made, written and renamed over it), with identity ``key``."""
-        length = len(base) if base.isascii() else len(os.fsencode(base))
+        length = _name_bytes(base)
         tmp = length + 1 + len(str(_PID[0]))  # ".<base minus .json>.<pid>.tmp"
         self.expected += 3 * self.size(tmp) + self.size(length)
         known = self.known.get(folder)
@@ -819,7 +819,7 @@ class RecordWatch:
             known.verified[base] = key
 
     def removed(self, folder: str, base: str) -> None:
-        self.expected += self.size(len(base) if base.isascii() else len(os.fsencode(base)))
+        self.expected += self.size(_name_bytes(base))
         known = self.known.get(folder)
         if known is not None:
             if known.names is not None:
@@ -840,6 +840,11 @@ def _lost(folder: str) -> None:
     if watch is not None:
         watch.forget()
         watch.dirty = True
+
+
+def _name_bytes(name: str) -> int:
+    """Bytes of ``name`` as the kernel has it (an event carries them)."""
+    return len(name) if name.isascii() else len(os.fsencode(name))
 
 
 def _read_events(fd: int) -> Optional[bytes]:
