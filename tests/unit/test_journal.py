@@ -24,7 +24,7 @@ from mixed_cpus_hook.store.records import (JOURNAL_HEAD, HeldStateLock, containe
                                            load_container, parse_journal, record_path, replay_journal,
                                            save_document, state_lock)
 
-from test_records import container_doc
+from test_records import container_doc, pod_doc
 
 SAVE_C1 = format_journal_entry("containers", "c1", b'{"a":1}')
 REMOVE_C2 = format_journal_entry("containers", "c2", None)
@@ -331,3 +331,75 @@ def test_status_says_a_journal_waits(tmp_path: Path, fake_node: Any) -> None:
     lock.complete()
     assert not [p for p in read_status_report(config)[1] if "journal" in p]
     lock.close()
+
+
+def _counting_pwrites(monkeypatch: pytest.MonkeyPatch) -> List[bytes]:
+    """The bytes of each pwrite the store makes from now on (the journal's writes)."""
+    written: List[bytes] = []
+    real = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        written.append(bytes(data))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(store.os, "pwrite", pwrite)
+    return written
+
+
+def test_a_creations_two_records_are_journaled_by_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """save_pod_and_container: the pod's record then the container's, in one pwrite (a kill before it
+    leaves neither, after it both); read back from the journal, then saved once the answer is sent."""
+    state_dir = str(tmp_path / "state")
+    pod = store.parse_pod_record(pod_doc("k1"), "k1", "x")
+    rec = store.parse_container_record(container_doc("c1"), "c1", "x")
+    lock = _journaling(state_dir)
+    written = _counting_pwrites(monkeypatch)
+    with lock:
+        store.save_pod_and_container(state_dir, pod, rec)
+        assert store.load_pod(state_dir, "k1") == pod and load_container(state_dir, "c1") == rec
+    assert len(written) == 1
+    entries, left = parse_journal(written[0])
+    assert [(kind, name) for kind, name, _data in entries] == [("pods", "k1"), ("containers", "c1")] and left == 0
+    assert entries[1][2] == format_document(store.format_container_record(rec))
+    lock.complete()
+    assert list_records(state_dir, "pods") == ["k1"] and list_records(state_dir, "containers") == ["c1"]
+    lock.close()
+
+
+def test_without_a_journal_the_pod_record_is_written_before_the_containers(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's path (no journal): two files, the pod's first (the container's makes it a member that counts)."""
+    state_dir = str(tmp_path / "state")
+    order: List[str] = []
+    real = store._write_record
+    monkeypatch.setattr(store, "_write_record", lambda path, data, rec: (order.append(os.path.basename(path)),
+                                                                         real(path, data, rec)))
+    store.save_pod_and_container(state_dir, store.parse_pod_record(pod_doc("k1"), "k1", "x"),
+                                 store.parse_container_record(container_doc("c1"), "c1", "x"))
+    assert order == ["k1.json", "c1.json"]
+
+
+def test_a_stops_two_removals_are_journaled_by_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delete_records: the last member's pod record and its own, one pwrite; a record that is not
+    there is not journaled."""
+    state_dir = str(tmp_path / "state")
+    save_document(state_dir, "pods", "k1", pod_doc("k1"))
+    save_document(state_dir, "containers", "c1", container_doc("c1"))
+    lock = _journaling(state_dir)
+    written = _counting_pwrites(monkeypatch)
+    with lock:
+        store.delete_records(state_dir, [("pods", "k1"), ("containers", "c1")])
+        store.delete_records(state_dir, [("containers", "never")])
+        assert store.load_pod(state_dir, "k1") is None and load_container(state_dir, "c1") is None
+    assert [parse_journal(w) for w in written] == [([("pods", "k1", None), ("containers", "c1", None)], 0)]
+    lock.complete()
+    assert list_records(state_dir, "pods") == [] and list_records(state_dir, "containers") == []
+    lock.close()
+
+
+def test_a_journal_at_its_bound_and_one_more_write_is_read_whole(tmp_path: Path) -> None:
+    """JOURNAL_FLUSH is checked before a write, so a journal can hold that much and one more write of
+    MAX_ENTRIES_WRITTEN records of MAX_RECORD_BYTES: replay_journal reads all of it."""
+    biggest = format_journal_entry("containers", "c" * store.MAX_NAME, b"x" * store.MAX_RECORD_BYTES)
+    assert len(JOURNAL_HEAD) + store.JOURNAL_FLUSH + store.MAX_ENTRIES_WRITTEN * len(biggest) \
+        <= store.MAX_JOURNAL_BYTES

@@ -36,7 +36,7 @@ from ..node.files import FileRefused, KeptFds, read_regular_file, read_regular_f
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
     T = TypeVar("T")
 
@@ -485,10 +485,12 @@ class state_lock:  # noqa: N801 - used like a function: ``with state_lock(dir):`
 # is the journal's end: nothing after it happened.
 JOURNAL_HEAD = b"mixed-cpus-hook journal 1\n"
 # A use that journals more than this (a Synchronize releasing many records at once) does its journal
-# so far and starts another: a journal is at most this and one more entry (a record of at most
-# MAX_RECORD_BYTES), and replay_journal reads no more than MAX_JOURNAL_BYTES.
+# so far and starts another: a journal is at most this and one more write (at most
+# MAX_ENTRIES_WRITTEN entries, each a record of at most MAX_RECORD_BYTES and its line), and
+# replay_journal reads no more than MAX_JOURNAL_BYTES.
 JOURNAL_FLUSH = 1 << 20
-MAX_JOURNAL_BYTES = JOURNAL_FLUSH + MAX_RECORD_BYTES + 1024
+MAX_ENTRIES_WRITTEN = 2  # a creation's pod record and its own, a stop's two removals
+MAX_JOURNAL_BYTES = JOURNAL_FLUSH + MAX_ENTRIES_WRITTEN * (MAX_RECORD_BYTES + 1024)
 # path -> (bytes, record) journaled as saved, None as removed: this process's journals not done yet.
 _OVERLAY: Dict[str, Optional[Tuple[bytes, Any]]] = {}
 # state dir -> the HeldStateLock that journals its saves (while it holds the lock).
@@ -969,21 +971,41 @@ class HeldStateLock:
             self._release()
 
     def save(self, kind: str, path: str, data: bytes, rec: Any) -> None:
-        self._append(kind, path, data)
-        self.entries[path] = (kind, data, rec)
-        _OVERLAY[path] = (data, rec)
+        self.save_all(((kind, path, data, rec),))
+
+    def save_all(self, saves: Sequence[Tuple[str, str, bytes, Any]]) -> None:
+        """Saves (kind, path, bytes, record), journaled in order by one write: a creation's pod
+        record and its own (a kill before the write leaves neither, as one before the first of two
+        writes did; what the event changes outside the state directory comes after the write)."""
+        assert len(saves) <= MAX_ENTRIES_WRITTEN, "replay_journal reads a journal of at most that many more"
+        self._append(b"".join([format_journal_entry(kind, path.rpartition("/")[2][:-5], data)
+                                     for kind, path, data, _rec in saves]))
+        for kind, path, data, rec in saves:
+            self.entries[path] = (kind, data, rec)
+            _OVERLAY[path] = (data, rec)
 
     def delete(self, kind: str, path: str) -> bool:
-        journaled = _OVERLAY.get(path, _ABSENT)
-        there = _exists(*_split(path)) if journaled is _ABSENT else journaled is not None
-        if there:
-            self._append(kind, path, None)
+        return self.delete_all(((kind, path),)) > 0
+
+    def delete_all(self, paths: Sequence[Tuple[str, str]]) -> int:
+        """Removals (kind, path), journaled in order by one write (a stop's last member: its pod's
+        record and its own); a record that is not there is skipped. Returns how many were there."""
+        assert len(paths) <= MAX_ENTRIES_WRITTEN, "replay_journal reads a journal of at most that many more"
+        gone = []
+        for kind, path in paths:
+            journaled = _OVERLAY.get(path, _ABSENT)
+            if _exists(*_split(path)) if journaled is _ABSENT else journaled is not None:
+                gone.append((kind, path))
+        if gone:
+            self._append(b"".join([format_journal_entry(kind, path.rpartition("/")[2][:-5], None)
+                                         for kind, path in gone]))
+        for kind, path in gone:
             self.entries[path] = (kind, None, None)
             _OVERLAY[path] = None
-        return there
+        return len(gone)
 
-    def _append(self, kind: str, path: str, data: Optional[bytes]) -> None:
-        entry = format_journal_entry(kind, path.rpartition("/")[2][:-5], data)
+    def _append(self, entry: bytes) -> None:
+        """``entry`` (whole entries: at most MAX_ENTRIES_WRITTEN) written at the journal's end, by one pwrite."""
         if self.size and self.size + len(entry) > JOURNAL_FLUSH:
             self._done()  # bounded: what is journaled so far saved now, a new journal begun
         if not self.size:
@@ -1318,6 +1340,20 @@ def save_pod(state_dir: str, rec: PodRecord) -> str:
     return _save(state_dir, "pods", rec.key, format_pod_record(rec), rec)
 
 
+def save_pod_and_container(state_dir: str, pod: PodRecord, rec: ContainerRecord) -> None:
+    """Save a pod record, then a container record (save_pod, then save_container): under a journaling
+    HeldStateLock both are journaled by one write (a creation's two records), else each file is
+    written in that order."""
+    journal = _JOURNALS.get(state_dir)
+    if journal is None:
+        save_pod(state_dir, pod)
+        save_container(state_dir, rec)
+        return
+    journal.save_all((("pods", record_path(state_dir, "pods", pod.key), format_document(format_pod_record(pod)), pod),
+                      ("containers", record_path(state_dir, "containers", rec.id),
+                       format_document(format_container_record(rec)), rec)))
+
+
 def delete_record(state_dir: str, kind: str, name: str) -> bool:
     """Forget a record; True if there was one (journaled, as _save is, under a journaling lock)."""
     path = record_path(state_dir, kind, name)
@@ -1325,6 +1361,17 @@ def delete_record(state_dir: str, kind: str, name: str) -> bool:
     if journal is not None:
         return journal.delete(kind, path)
     return _delete_file(state_dir, kind, name, path)
+
+
+def delete_records(state_dir: str, names: Sequence[Tuple[str, str]]) -> None:
+    """Forget records (kind, name), in order (delete_record each): under a journaling HeldStateLock
+    by one journal write (a stop's last member: its pod's record and its own)."""
+    journal = _JOURNALS.get(state_dir)
+    if journal is None:
+        for kind, name in names:
+            delete_record(state_dir, kind, name)
+        return
+    journal.delete_all([(kind, record_path(state_dir, kind, name)) for kind, name in names])
 
 
 def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:

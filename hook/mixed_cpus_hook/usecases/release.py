@@ -15,6 +15,7 @@ from ..node import cgroupfs as cg
 from ..node.log import Reporter
 from ..store.records import (
     delete_record,
+    delete_records,
     list_records,
     load_container,
     load_pod,
@@ -27,7 +28,7 @@ from .common import inside, live_members, lower_to_base
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on every container start
-    from typing import List, Optional
+    from typing import List, Optional, Tuple
 
     from ..core.cgroup import Dirs, Layout, Quota
 
@@ -52,11 +53,15 @@ def release_locked(state_dir: str, layout: Layout, cid: str, reporter: Reporter,
         # NRI's StopContainer: the container still runs. Lower its quota to kubelet's first:
         # cgroup v1 refuses a pod quota below a child's.
         lines.extend(describe(lower_to_base(layout, own.cpu, rec.quota, "quota: back to kubelet's base")))
+    gone = [("containers", cid)]  # removed at the end, with the pod's record when it was the last member
     if rec.pod_key:
         pod_rec = load_pod(state_dir, rec.pod_key)
         if pod_rec is not None:
-            lines.extend(_give_back(state_dir, layout, cid, pod_rec))
-    delete_record(state_dir, "containers", cid)
+            written, last = _give_back(state_dir, layout, cid, pod_rec)
+            lines.extend(written)
+            if last:
+                gone.insert(0, ("pods", pod_rec.key))
+    delete_records(state_dir, gone)
     if rec.cgroup is not None:
         cg.forget_resolved(rec.cgroup.cpuset, rec.cgroup.cpu)
         cg.forget_kept(rec.cgroup.cpu)
@@ -68,19 +73,20 @@ def release_locked(state_dir: str, layout: Layout, cid: str, reporter: Reporter,
     return Outcome("released", tuple(lines))
 
 
-def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> List[str]:
-    """The pod without ``cid``: its record first (the new quota listed as ours), then its quota."""
+def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> Tuple[List[str], bool]:
+    """The pod without ``cid``: its record first (the new quota listed as ours), then its quota.
+    Returns what was written and whether ``cid`` was its last member: the caller then removes the
+    pod's record with the container's (one journal write under the plugin's lock)."""
     members = tuple(m for m in live_members(state_dir, pod_rec, keep=cid) if m.id != cid)
     pod = inside(layout, pod_rec.cgroup, f"pod record {pod_rec.key}")
     current = _read_pod_quota(layout, pod)
     if pod is None or current is None:
         if members:
             save_pod(state_dir, pod_rec._replace(members=members))
-        else:
-            delete_record(state_dir, "pods", pod_rec.key)
-            if pod is not None:
-                forget_pod(pod)
-        return []
+            return [], False
+        if pod is not None:
+            forget_pod(pod)
+        return [], True
     write, target = compute_release(layout, pod, current, pod_rec.quota, [m.share_mcpu for m in members])
     if members:
         pending = pod_rec._replace(members=members, quota=target)
@@ -95,9 +101,8 @@ def _give_back(state_dir: str, layout: Layout, cid: str, pod_rec: PodRecord) -> 
     if members:
         save_pod(state_dir, pod_rec._replace(members=members, quota=compute_settled(target)))
     else:
-        delete_record(state_dir, "pods", pod_rec.key)
         forget_pod(pod)
-    return describe((write,)) if write is not None else []
+    return (describe((write,)) if write is not None else []), not members
 
 
 def forget_pod(pod: Dirs) -> None:
