@@ -96,6 +96,18 @@ def compute_nri_dirs(layout: Layout, facts: ContainerFacts, pod_uid: str) -> Tup
     return Dirs(cpuset, cpu), pod
 
 
+def read_pod_quota(layout: Layout, pod: Dirs) -> Quota:
+    """The pod's CFS quota and period (its descriptors kept for its next containers); a pod cgroup
+    that is not there is said so ("pod cgroup not found"), looked at only when the read fails: a
+    lookup before it would be a system call on every creation."""
+    try:
+        return cg.read_quota(layout, pod.cpu, keep=True)
+    except CgroupError:
+        if not os.path.isdir(pod.cpu):
+            raise CgroupError("pod cgroup not found", pod.cpu) from None
+        raise
+
+
 def compute_raise(layout: Layout, pod: Dirs, observed: Quota, share: PodShare) -> Optional[Write]:
     """The pod quota write NRI mode makes itself: only upwards (a raise comes before the runtime
     raises the container's; a lowering waits for the reconcile, which orders it after the
@@ -239,7 +251,7 @@ class NriEngine:
         layout = node.layout
         key = pod_key_of(pod)
         prev_pod = load_pod(self.state_dir, key) if key else None
-        observed = cg.read_quota(layout, pod.cpu, keep=True) if pod is not None else None
+        observed = read_pod_quota(layout, pod) if pod is not None else None
         share = decide_pod_share(cid, desired, live_members(self.state_dir, prev_pod, keep=cid), observed, prev_pod,
                                  prev)
         pod_write = None
@@ -371,8 +383,6 @@ class NriEngine:
         dirs, pod = compute_nri_dirs(node.layout, facts, request.pod_uid)
         answered = False  # with an adjustment: else what was remembered for it is forgotten (finally)
         try:
-            if not os.path.isdir(pod.cpu):
-                raise CgroupError("pod cgroup not found", pod.cpu)
             if node.online and not facts.cpus <= node.online:
                 require_subset(facts.cpus, node.online, "cpuset names CPUs", f"container {facts.id}")
             identity = Identity(request.namespace, request.pod, request.container, request.pod_uid)

@@ -308,6 +308,24 @@ def test_a_gone_container_holds_no_cpus(fake_node: Callable[..., Any], reporter:
     admitted(node, h, APP, cpus="4")
 
 
+@pytest.mark.parametrize("gone", [pytest.param("cpu,cpuacct", id="cpu-hierarchy"), pytest.param("", id="whole-pod")])
+def test_a_container_whose_pod_cgroup_is_gone_is_refused_and_nothing_is_saved(node: Any, reporter: Any,
+                                                                              gone: str) -> None:
+    """The pod cgroup is looked for only when its quota cannot be read (no lookup on every creation):
+    the error still names it, and neither record is saved (on v2 both cases remove the one pod cgroup)."""
+    h = make(node, reporter)
+    paths = node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    if gone and node.version == 1:
+        shutil.rmtree(os.path.join(node.cgroup_root, gone, paths["pod_rel"]))
+    else:
+        node.remove_cgroup(paths["pod_rel"])
+    with pytest.raises(RequestFailed) as err:
+        h.create_container(create_request(APP, quota=200000))
+    pod_cpu = os.path.join(node.cgroup_root, "cpu,cpuacct" if node.version == 1 else "", paths["pod_rel"])
+    assert f"cgroup error: {os.path.normpath(pod_cpu)}: pod cgroup not found" in str(err.value)
+    assert (node.records("containers"), node.records("pods")) == ({}, {})
+
+
 def test_the_same_id_in_a_second_pod_gives_the_first_pods_share_back(fake_node: Callable[..., Any],
                                                                         reporter: Any) -> None:
     node = fake_node(version=1)
