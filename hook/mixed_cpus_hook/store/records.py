@@ -627,9 +627,11 @@ MAX_WATCH_READS = 64  # reads of one check at most (the kernel queues 16384 even
 RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked again after this many uses
 # The watch starts once a listing of a folder (every creation without kubelet's checkpoint, every
 # change of the checkpoint) finds at least this many records: below that a listing costs less than
-# the watch itself (ctypes, 700 KiB of memory where kubelet's checkpoint watch did not load it; a
-# read of its events after each event that wrote), and a node that runs few mixed containers gains
-# nothing from it. 0: from the first use (tests).
+# the watch itself (ctypes, 450-700 KiB of memory, and a read of its events after each event that
+# wrote), and a node that runs few mixed containers gains little from it. Where kubelet's checkpoint
+# is watched (ctypes loaded already: a node with kubelet), the plugin watches from the first use
+# (HeldStateLock.eager): each event's lookups of its own record and its pod's, both system calls
+# from cold caches, then cost none. 0: from the first use (tests).
 WATCH_FROM = 16
 # State directories where a listing found WATCH_FROM records: their watching lock starts the watch.
 _WANTED: Set[str] = set()
@@ -898,6 +900,9 @@ class HeldStateLock:
         self.ident = (-1, -1)
         self.journaling = False
         self.watching = False  # the record folders watched (RecordWatch): set before the first use
+        # Watched from the first use, not once a listing found WATCH_FROM records: the plugin sets it
+        # where inotify (ctypes) is loaded already (kubelet's checkpoint watched: node.inotify.FileWatch).
+        self.eager = False
         self.watch: Optional[RecordWatch] = None
         self.size = 0  # the journal's bytes in the lock file
         self.held = False  # past the use that journaled: until complete()
@@ -936,7 +941,7 @@ class HeldStateLock:
                     raise
                 self.unfinished = False
         if self.watching:
-            if self.watch is None and (self.state_dir in _WANTED or WATCH_FROM <= 0):
+            if self.watch is None and (self.eager or self.state_dir in _WANTED or WATCH_FROM <= 0):
                 self.watch = RecordWatch(self.state_dir)
             if self.watch is not None:
                 self.watch.check()

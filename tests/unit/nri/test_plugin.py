@@ -622,6 +622,41 @@ def test_kubelets_checkpoint_read_between_requests(fake_node: Callable[..., Any]
     assert watch is None or watch.fileno() is None  # closed with the plugin
 
 
+@pytest.mark.parametrize("kubelet,records_watched", [
+    pytest.param(True, True, id="kubelets-checkpoint-watched-records-watched-from-the-first-use"),
+    pytest.param(False, False, id="no-kubelet-records-watched-once-many"),
+])
+def test_the_record_folders_are_watched_from_the_first_use_where_kubelets_checkpoint_is(
+        fake_node: Callable[..., Any], reporter: Any, monkeypatch: pytest.MonkeyPatch, kubelet: bool,
+        records_watched: bool) -> None:
+    """inotify (ctypes) loaded for kubelet's checkpoint: the record folders' watch costs no more
+    memory, and the plugin starts it at its first use of the state lock (the next creation's lookups
+    of its record and its pod's make no system call); a node without kubelet's directory loads ctypes
+    only once a listing finds store.records.WATCH_FROM records."""
+    from mixed_cpus_hook.node.inotify import FileWatch
+    from mixed_cpus_hook.store import records as store
+
+    monkeypatch.setattr(store, "_WANTED", set())
+    node = fake_node(version=1, online="0-7")
+    node.add_container(APP, cpus="2-3", quota=200000, pod_quota=200000)
+    if kubelet:
+        node.write_checkpoint({pod_and_container(APP)[0].uid: {"app": "2-3"}})
+    else:
+        node.configure(kubelet_state_file=os.path.join(node.root, "no-kubelet", "cpu_manager_state"))
+    config = load_config(node.config_path)
+    watch = FileWatch(config.kubelet_state_file)
+    assert (watch.fileno() is not None) == kubelet
+    running = Running(Handlers(config, reporter.reporter), reporter.reporter, watch=watch)
+    try:
+        running.peer.handshake()
+        resp = running.peer.call("CreateContainer", create_request(APP), api.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0-3"
+        lock = running.plugin.handlers.engine.lock
+        assert lock.eager == kubelet and (lock.watch is not None) == records_watched
+    finally:
+        running.finish()
+
+
 @pytest.mark.parametrize("watched,moved_by_the_request", [
     pytest.param(True, [], id="watched-compared-while-idle"),
     pytest.param(False, [True], id="unwatched-compared-by-the-request"),

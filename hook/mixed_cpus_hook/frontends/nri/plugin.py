@@ -205,6 +205,7 @@ class Plugin:
         self.handlers = handlers
         self.watch = watch
         defer_writes(handlers.engine)
+        self._note_watch()
         self.telemetry = telemetry or handlers.engine.telemetry
         self.identity = identity
         self.reporter = reporter
@@ -305,7 +306,15 @@ class Plugin:
                 self.reporter.error(f"nri: reconcile: internal error: {quote(exc)}: " + format_traceback_tail())
             if self.watch is not None:
                 self.watch.ensure()  # kubelet's directory made since (a node where kubelet started later)
+                self._note_watch()
             self._next_reconcile = self.clock() + self.reconcile_interval
+
+    def _note_watch(self) -> None:
+        """Kubelet's checkpoint watched (inotify loaded): the record folders are watched from the next
+        use of the state lock on (store.records.HeldStateLock.eager), not only once a node holds many
+        records: what held the watch back (ctypes' memory) is paid already."""
+        if self.watch is not None and self.watch.fileno() is not None:
+            self.handlers.engine.lock.eager = True
 
     def _refresh(self) -> None:
         """The watch saw kubelet's checkpoint change and no request is waiting: read it now."""
