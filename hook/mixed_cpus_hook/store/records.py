@@ -976,17 +976,23 @@ class HeldStateLock:
             self._release()
 
     def save(self, kind: str, path: str, data: bytes, rec: Any) -> None:
-        self.save_all(((kind, path, data, rec),))
+        """One save journaled (save_all's, without its loops: most events save one record)."""
+        self._append(format_journal_entry(kind, path.rpartition("/")[2][:-5], data))
+        self.entries[path] = (kind, data, rec)
+        _OVERLAY[path] = (data, rec)
 
     def save_all(self, saves: Sequence[Tuple[str, str, bytes, Any]]) -> None:
         """Saves (kind, path, bytes, record), journaled in order by one write: a creation's pod
         record and its own (a kill before the write leaves neither, as one before the first of two
         writes did; what the event changes outside the state directory comes after the write)."""
         assert len(saves) <= MAX_ENTRIES_WRITTEN, "replay_journal reads a journal of at most that many more"
-        self._append(b"".join([format_journal_entry(kind, path.rpartition("/")[2][:-5], data)
-                                     for kind, path, data, _rec in saves]))
+        entry = b""
+        for kind, path, data, _rec in saves:
+            entry += format_journal_entry(kind, path.rpartition("/")[2][:-5], data)
+        self._append(entry)
+        entries = self.entries
         for kind, path, data, rec in saves:
-            self.entries[path] = (kind, data, rec)
+            entries[path] = (kind, data, rec)
             _OVERLAY[path] = (data, rec)
 
     def delete(self, kind: str, path: str) -> bool:
@@ -996,17 +1002,18 @@ class HeldStateLock:
         """Removals (kind, path), journaled in order by one write (a stop's last member: its pod's
         record and its own); a record that is not there is skipped. Returns how many were there."""
         assert len(paths) <= MAX_ENTRIES_WRITTEN, "replay_journal reads a journal of at most that many more"
+        entry = b""
         gone = []
         for kind, path in paths:
             journaled = _OVERLAY.get(path, _ABSENT)
             if _exists(*_split(path)) if journaled is _ABSENT else journaled is not None:
+                entry += format_journal_entry(kind, path.rpartition("/")[2][:-5], None)
                 gone.append((kind, path))
         if gone:
-            self._append(b"".join([format_journal_entry(kind, path.rpartition("/")[2][:-5], None)
-                                         for kind, path in gone]))
-        for kind, path in gone:
-            self.entries[path] = (kind, None, None)
-            _OVERLAY[path] = None
+            self._append(entry)
+            for kind, path in gone:
+                self.entries[path] = (kind, None, None)
+                _OVERLAY[path] = None
         return len(gone)
 
     def _append(self, entry: bytes) -> None:
@@ -1376,7 +1383,10 @@ def delete_records(state_dir: str, names: Sequence[Tuple[str, str]]) -> None:
         for kind, name in names:
             delete_record(state_dir, kind, name)
         return
-    journal.delete_all([(kind, record_path(state_dir, kind, name)) for kind, name in names])
+    paths = []
+    for kind, name in names:  # a loop, not a comprehension: no function call for two names
+        paths.append((kind, record_path(state_dir, kind, name)))
+    journal.delete_all(paths)
 
 
 def _delete_file(state_dir: str, kind: str, name: str, path: str) -> bool:
