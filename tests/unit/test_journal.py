@@ -397,9 +397,10 @@ def test_a_stops_two_removals_are_journaled_by_one_write(tmp_path: Path, monkeyp
     lock.close()
 
 
-def test_a_journal_at_its_bound_and_one_more_write_is_read_whole(tmp_path: Path) -> None:
+def test_max_journal_bytes_holds_a_journal_at_its_bound_and_one_more_write() -> None:
     """JOURNAL_FLUSH is checked before a write, so a journal can hold that much and one more write of
-    MAX_ENTRIES_WRITTEN records of MAX_RECORD_BYTES: replay_journal reads all of it."""
+    MAX_ENTRIES_WRITTEN records of MAX_RECORD_BYTES: replay_journal's read (MAX_JOURNAL_BYTES) must
+    take all of it (with the bound of one entry before it, this fails)."""
     biggest = format_journal_entry("containers", "c" * store.MAX_NAME, b"x" * store.MAX_RECORD_BYTES)
     assert len(JOURNAL_HEAD) + store.JOURNAL_FLUSH + store.MAX_ENTRIES_WRITTEN * len(biggest) \
         <= store.MAX_JOURNAL_BYTES

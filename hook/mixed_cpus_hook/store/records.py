@@ -630,7 +630,7 @@ RETRY_USES = 1000  # inotify refused (no more instances for root, say): asked ag
 # the watch itself (ctypes, 450-700 KiB of memory, and a read of its events after each event that
 # wrote), and a node that runs few mixed containers gains little from it. Where kubelet's checkpoint
 # is watched (ctypes loaded already: a node with kubelet), the plugin watches from the first use
-# (HeldStateLock.eager): each event's lookups of its own record and its pod's, both system calls
+# (HeldStateLock.watch_from_now): each event's lookups of its own record and its pod's, both system calls
 # from cold caches, then cost none. 0: from the first use (tests).
 WATCH_FROM = 16
 # State directories where a listing found WATCH_FROM records: their watching lock starts the watch.
@@ -900,9 +900,6 @@ class HeldStateLock:
         self.ident = (-1, -1)
         self.journaling = False
         self.watching = False  # the record folders watched (RecordWatch): set before the first use
-        # Watched from the first use, not once a listing found WATCH_FROM records: the plugin sets it
-        # where inotify (ctypes) is loaded already (kubelet's checkpoint watched: node.inotify.FileWatch).
-        self.eager = False
         self.watch: Optional[RecordWatch] = None
         self.size = 0  # the journal's bytes in the lock file
         self.held = False  # past the use that journaled: until complete()
@@ -941,7 +938,7 @@ class HeldStateLock:
                     raise
                 self.unfinished = False
         if self.watching:
-            if self.watch is None and (self.eager or self.state_dir in _WANTED or WATCH_FROM <= 0):
+            if self.watch is None and (self.state_dir in _WANTED or WATCH_FROM <= 0):
                 self.watch = RecordWatch(self.state_dir)
             if self.watch is not None:
                 self.watch.check()
@@ -962,6 +959,12 @@ class HeldStateLock:
             self._forget()  # the process is going away: the file keeps the journal for the next holder
             self.unfinished = True
         self._release()
+
+    def watch_from_now(self) -> None:
+        """Watch the record folders from the next use on, not only once a listing finds WATCH_FROM
+        records: the plugin asks for it where inotify (ctypes) is loaded already (kubelet's checkpoint
+        watched: node.inotify.FileWatch), so the watch costs no more memory."""
+        _WANTED.add(self.state_dir)
 
     def complete(self) -> None:
         """Once the answer is sent: the journal done (each record saved or removed, the file emptied)

@@ -287,16 +287,13 @@ def save_changed(state_dir: str, prev: Optional[ContainerRecord], rec: Container
     that counts); ``updated`` changes only when something else did. Returns the record saved.
     A new container's record (``prev`` None) is saved as build_record stamped it: created and
     updated now."""
-    pod_changed = pod is not None and pod != prev_pod
     if prev is not None:
         if prev._replace(updated="") == rec._replace(updated=""):
-            if pod_changed:
-                assert pod is not None
+            if pod is not None and pod != prev_pod:
                 save_pod(state_dir, pod)
             return rec._replace(updated=prev.updated)
         rec = rec._replace(updated=now_stamp())
-    if pod_changed:
-        assert pod is not None
+    if pod is not None and pod != prev_pod:
         save_pod_and_container(state_dir, pod, rec)  # under the plugin's journal: one write for both
     else:
         save_container(state_dir, rec)

@@ -311,10 +311,10 @@ class Plugin:
 
     def _note_watch(self) -> None:
         """Kubelet's checkpoint watched (inotify loaded): the record folders are watched from the next
-        use of the state lock on (store.records.HeldStateLock.eager), not only once a node holds many
-        records: what held the watch back (ctypes' memory) is paid already."""
+        use of the state lock on (store.records.HeldStateLock.watch_from_now), not only once a node
+        holds many records: what held the watch back (ctypes' memory) is paid already."""
         if self.watch is not None and self.watch.fileno() is not None:
-            self.handlers.engine.lock.eager = True
+            self.handlers.engine.lock.watch_from_now()
 
     def _refresh(self) -> None:
         """The watch saw kubelet's checkpoint change and no request is waiting: read it now."""
