@@ -555,7 +555,7 @@ def main() -> int:
                 with BusyLoad(argv, busy_env) as busy:
                     print("busy: this checkout's unit suite in a loop beside the tool, through every run")
                     status = measure(args, env, plugin_python)
-                print(f"busy: the unit suite ran beside every run ({busy.runs} runs of it began; {busy.load})")
+                print(f"busy: the unit suite ran beside every run (runs of it begun: {busy.runs}; {busy.load})")
                 return status
     finally:
         if forget_broken_venv(os.path.join(HOME, "venv-mch")):
