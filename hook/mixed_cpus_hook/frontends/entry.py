@@ -1,12 +1,15 @@
-"""The ``mixed-cpus-hook`` executable: the hook's fast path when the command line is one, else the CLI.
+"""The ``mixed-cpus-hook`` executable: the hook's fast path when the command line is one, the NRI
+plugin when it is ``nri`` with plain options, else the CLI.
 
 CRI-O runs this on every start of an asking container: only the fast path's modules load
-for ``apply`` and ``release`` (standard library only); any other command hands over to the
-click command line, imported then.
+for ``apply`` and ``release`` (standard library only). The NRI plugin is a resident process, so
+it starts without click too (nri_entry: click would stay in its memory). Any other command hands
+over to the click command line, imported then.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .hook.fastpath import parse_fast_args, run_hook
@@ -22,6 +25,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     fast = parse_fast_args(args_list)
     if fast is not None:
         return run_hook(fast)
+    # Only a command line that may be `nri` imports nri_entry: the no-image MachineConfig lays none
+    # down, and every other command there says that it needs the RPM, as before.
+    if "nri" in args_list or (not args_list and os.environ.get("NRI_PLUGIN_SOCKET")):
+        from . import nri_entry
+
+        plugin = nri_entry.parse_nri_args(args_list)
+        if plugin is not None:
+            from ..node.log import Reporter
+
+            return nri_entry.run_nri(plugin, Reporter(verbose=plugin.verbose))
     from .cli.main import main as cli_main
 
     return cli_main(args_list)

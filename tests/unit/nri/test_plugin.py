@@ -538,7 +538,7 @@ def test_a_request_read_when_the_reconcile_is_due_is_answered_before_it(fake_nod
 def test_plugin_lines_go_where_they_are_read(tmp_path: Path, journal: bool, dev_log: str, to_stderr: bool) -> None:
     import socket as socketlib
 
-    from mixed_cpus_hook.frontends.cli.main import choose_plugin_reporter
+    from mixed_cpus_hook.frontends.nri_entry import choose_plugin_reporter
     from mixed_cpus_hook.node.log import Reporter
 
     path = str(tmp_path / "log")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
 from ... import __version__
-from ...core.errors import EXIT_OK, DependencyError, HookError
+from ...core.errors import EXIT_OK, HookError
 from ...node.config import Config, load_config
 from ...node.log import Reporter
 from ..hook.fastpath import FastArgs, run_hook
@@ -596,39 +596,10 @@ def nri(obj: Ctx, socket_path: Optional[str], name: Optional[str], index: Option
     Synchronize (containers created before it connected). Reconnects with backoff when the
     runtime goes away. Stops on SIGTERM or SIGINT.
     """
-    try:
-        from ..nri.plugin import main as run_plugin
-    except ImportError as exc:
-        if (exc.name or "").partition(".")[0] != "google":
-            raise
-        _fail(obj, DependencyError(f"NRI mode needs protobuf, which this python3 cannot import ({exc}): install "
-                                   "python3-protobuf (the mixed-cpus-hook-nri-mode RPM requires it) or protobuf "
-                                   "from PyPI", "nri"))
+    from ..nri_entry import NriArgs, run_nri  # the start `mixed-cpus-hook nri` makes without click too
 
-    reporter = choose_plugin_reporter(obj.reporter, os.environ)
-    try:
-        code = run_plugin(obj.config(), socket_path, name, index, reconcile_interval, reporter,
-                          argv0=sys.argv[0] if sys.argv else "", write_timeout=write_timeout,
-                          metrics_address=metrics_address)
-    except HookError as exc:
-        _fail(obj, exc)
-    sys.exit(code)
-
-
-def choose_plugin_reporter(reporter: Reporter, environ: Mapping[str, str], dev_log: str = "/dev/log") -> Reporter:
-    """Where the resident plugin's lines go: every line (info too) to stderr, once, when stderr is
-    the log: under systemd (JOURNAL_STREAM: stderr is the journal) or where no syslog socket is
-    reachable (a DaemonSet's container: ``kubectl logs`` is stderr, and syslog would drop every
-    line); else ``reporter`` (syslog, and stderr for warnings and errors)."""
-    import stat
-
-    try:
-        syslog_there = stat.S_ISSOCK(os.stat(dev_log).st_mode)
-    except OSError:
-        syslog_there = False
-    if environ.get("JOURNAL_STREAM") or not syslog_there:
-        return Reporter(sink=None, verbose=True, stream_is_log=True)
-    return reporter
+    sys.exit(run_nri(NriArgs(obj.config_path, obj.verbose, socket_path, name, index, reconcile_interval,
+                             write_timeout, metrics_address), obj.reporter))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
