@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 else:
     from ..core.compat import NamedTuple
 
-# The click command's option ranges (frontends/cli/main.py's ``nri``), checked here before a value is
-# taken; a value outside them, or not a plain decimal number, is click's to refuse.
-RECONCILE_RANGE = (0.0, 86400.0)
-WRITE_TIMEOUT_RANGE = (0.1, 3600.0)
+# The option ranges and defaults of ``nri`` (the click command is declared with them too), checked here
+# before a value is taken; a value outside them, or not a plain decimal number, is click's to refuse.
+RECONCILE_RANGE = (0, 86400)  # as click shows them in --help: [0<=x<=86400]
+WRITE_TIMEOUT_RANGE = (0.1, 3600)
 DEFAULT_RECONCILE = 10.0
 DEFAULT_WRITE_TIMEOUT = 5.0
 _VALUED = {"--socket": "socket_path", "--name": "plugin_name", "--index": "plugin_index",

@@ -18,6 +18,7 @@ from ...core.errors import EXIT_OK, HookError
 from ...node.config import Config, load_config
 from ...node.log import Reporter
 from ..hook.fastpath import FastArgs, run_hook
+from ..nri_entry import DEFAULT_RECONCILE, DEFAULT_WRITE_TIMEOUT, RECONCILE_RANGE, WRITE_TIMEOUT_RANGE
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -575,10 +576,12 @@ def machineconfig(obj: Ctx, role: str, shared_cpus: str, mc_config: Optional[str
 @click.option("--index", metavar="NN",
               help="Plugin index (two digits; plugins are called in ascending order). Default: $NRI_PLUGIN_IDX, "
                    "else from an NN-name executable, else 10.")
-@click.option("--reconcile-interval", type=click.FloatRange(0, 86400), default=10.0, show_default=True,
+@click.option("--reconcile-interval", type=click.FloatRange(*RECONCILE_RANGE), default=DEFAULT_RECONCILE,
+              show_default=True,
               metavar="SECONDS", help="Re-apply every tracked container this often (kubelet rewrites pod quotas "
                                       "directly); 0: never.")
-@click.option("--write-timeout", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
+@click.option("--write-timeout", type=click.FloatRange(*WRITE_TIMEOUT_RANGE), default=DEFAULT_WRITE_TIMEOUT,
+              show_default=True,
               metavar="SECONDS", help="Drop the connection when the runtime reads none of the plugin's answers for "
                                       "this long (the plugin then reconnects).")
 @click.option("--metrics-address", metavar="HOST:PORT",
