@@ -199,3 +199,44 @@ def test_address_in_use_is_a_usage_error() -> None:
         assert err.value.exit_code == 2
     finally:
         taken.close()
+
+
+# In a fresh interpreter: the server answers /metrics and /healthz, and ssl (OpenSSL, about 4.5 MiB
+# resident) was never imported for it; a later import of ssl works as usual.
+NO_SSL = """
+import socket, sys
+sys.path.insert(0, {source!r})
+from mixed_cpus_hook.frontends.nri.httpd import TelemetryServer
+from mixed_cpus_hook.usecases.telemetry import Telemetry
+server = TelemetryServer("127.0.0.1:1", Telemetry(count_tracked=lambda: 0))
+server.port = 0
+port = server.start()[1]
+answers = []
+for path in ("/metrics", "/healthz"):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"GET " + path.encode() + b" HTTP/1.0\\r\\n\\r\\n")
+        data = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answers.append(data.split(b" ", 2)[1].decode())
+server.stop()
+print(" ".join(answers), "ssl" in sys.modules)
+import ssl
+print(ssl.OPENSSL_VERSION_INFO >= (1,))
+"""
+
+
+def test_the_metrics_server_never_imports_ssl() -> None:
+    import os
+    import subprocess
+    import sys
+
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+                          "hook")
+    done = subprocess.run([sys.executable, "-I", "-c", NO_SSL.format(source=source)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["200", "503", "False", "True"], done.stdout
