@@ -109,7 +109,10 @@ RESIDENT = """
 import os, sys, threading, time
 sys.path.insert(0, {source!r})
 def look():
-    time.sleep(1.5)
+    deadline = time.monotonic() + 30
+    while "mixed_cpus_hook.frontends.nri.plugin" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the plugin running: what it imports as it starts is in
     print(" ".join(m for m in ("click", "mixed_cpus_hook.frontends.nri.plugin") if m in sys.modules), flush=True)
     os._exit(0)
 threading.Thread(target=look, daemon=True).start()
