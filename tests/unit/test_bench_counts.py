@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -352,6 +353,86 @@ def test_the_answer_p99_is_judged_against_5_ms(ours: List[float], go: List[float
     lines = ref.format_p99_medians([p99s, p99s, p99s])
     assert len(lines) == 3 and all(line.split("(<= 5 ms)")[1].strip().startswith(verdict) for line in lines)
     assert "answer create" not in ref.format_p99s(p99s) and "create " in ref.format_p99s(p99s)
+
+
+# The interval of a goal's judged figure (the median over the runs of each run's p50 ratio).
+VERDICT_CASES = [
+    # (id, the median over the runs, the goal, the interval, what is printed)
+    ("held-beyond-the-spread", 1.02, 1.05, (1.001, 1.049), "holds  [95%: 1.001-1.049, all of it within the goal]"),
+    ("held-at-the-goal", 1.05, 1.05, (1.02, 1.05), "holds  [95%: 1.020-1.050, all of it within the goal]"),
+    ("held-within-the-spread", 1.04, 1.05, (1.01, 1.07),
+     "holds  [95%: 1.010-1.070, the goal inside it: within the tool's spread]"),
+    ("missed-within-the-spread", 1.052, 1.05, (1.023, 1.083),
+     "falls short  [95%: 1.023-1.083, the goal inside it: within the tool's spread]"),
+    ("missed-beyond-the-spread", 2.4, 2.0, (2.2, 2.6), "falls short  [95%: 2.200-2.600, all of it beyond the goal]"),
+]
+
+
+@pytest.mark.parametrize("value,goal,interval,text", [c[1:] for c in VERDICT_CASES], ids=[c[0] for c in VERDICT_CASES])
+def test_a_verdict_says_where_the_goal_lies_in_the_interval(value: float, goal: float, interval: tuple,
+                                                             text: str) -> None:
+    import nri_reference as ref
+
+    assert ref.format_interval_verdict(value, goal, interval) == text
+
+
+def _cycles(n: int, seed: int) -> List[float]:
+    """n round trips in ms with the spread of a run (3.5 ms, a few percent, a slow tail)."""
+    import random
+
+    rng = random.Random(seed)
+    return [3.5 * (1 + rng.gauss(0, .05)) + (rng.random() < .1) * rng.uniform(1, 4) for _ in range(n)]
+
+
+def test_paired_samples_in_a_fixed_ratio_give_that_ratio_and_nothing_around_it() -> None:
+    import nri_reference as ref
+
+    go = _cycles(200, 1)
+    lo, hi = ref.compute_median_ratio_interval([([t * 1.1 for t in go], go)], paired=True)
+    assert lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+
+
+def test_the_interval_holds_the_figure_and_narrows_with_runs_and_is_reproducible() -> None:
+    import nri_reference as ref
+
+    runs = [(_cycles(200, 10 + i), _cycles(200, 20 + i)) for i in range(5)]  # the same machine: a true ratio of 1
+    one = ref.compute_median_ratio_interval(runs[:1], paired=False)
+    five = ref.compute_median_ratio_interval(runs, paired=False)
+    figure = statistics.median(ref.pct(o, .5) / ref.pct(g, .5) for o, g in runs)
+    assert one[0] < 1 < one[1] and five[0] <= figure <= five[1]
+    assert five[1] - five[0] < one[1] - one[0]
+    assert ref.compute_median_ratio_interval(runs, paired=False) == five
+    assert ref.compute_median_ratio_interval(runs, paired=False, seed=1) != five
+
+
+@pytest.mark.parametrize("runs,paired,message", [
+    pytest.param([], True, "every run needs samples on both sides", id="no-run"),
+    pytest.param([([1.0], [])], False, "every run needs samples on both sides", id="a-side-without-samples"),
+    pytest.param([([1.0, 2.0], [1.0])], True, "paired samples of unequal length", id="paired-of-unequal-length"),
+])
+def test_an_interval_without_samples_to_draw_is_refused(runs: list, paired: bool, message: str) -> None:
+    import nri_reference as ref
+
+    with pytest.raises(ValueError, match=message):
+        ref.compute_median_ratio_interval(runs, paired)
+
+
+def test_the_medians_show_intervals_for_the_ratios_read_from_cycles() -> None:
+    import nri_reference as ref
+
+    go, ours = _cycles(200, 3), _cycles(200, 4)
+    result = {"configs": {"c": {"times_ms": {"create": [t * 1.2 for t in go]}}, "b": {"times_ms": {"create": go}},
+                          "cp": {"answers_ms": {m: ours for _k, m in ref.P99_METHODS}},
+                          "bp": {"answers_ms": {m: go for _k, m in ref.P99_METHODS}}}}
+    samples = ref.read_samples(result)
+    assert set(samples) == set(ref.SAMPLED) and samples["cri_create"] == ([t * 1.2 for t in go], go)
+    per_run = [{"cri_create": 1.2, "create": 1.9, "update": 1.6, "stop": 1.5, "cpu": 1.3, "rss": 1.26}]
+    lines = dict(zip(ref.LABELS, ref.format_median_lines(per_run, [samples])))
+    assert lines["cri_create"].endswith("falls short  [95%: 1.200-1.200, all of it beyond the goal]")
+    assert "[95%: " in lines["create"] and "[95%: " not in lines["cpu"] + lines["rss"]
+    assert lines["rss"].endswith("1.260  (<= 1.5)  holds")
+    bare = ref.format_median_lines(per_run, [])
+    assert not any("[95%" in line for line in bare) and bare[0].endswith("1.200  (<= 1.05)  falls short")
 
 
 def test_the_busy_suite_writes_only_below_its_scratch_directory(tmp_path: Path) -> None:
