@@ -32,6 +32,12 @@ roots, the plugin's state directory) on tmpfs, as the plugin's state is on a nod
 it they are on the disk that holds /tmp, where each record the plugin renames into place costs
 ext4 a flush of its data (auto_da_alloc: about 200 us more per save on this machine).
 
+``--state-tmpfs`` is a node's layout: containerd's directories where the tool puts them (the disk,
+as /var/lib/containerd is on a node), the plugin's state on tmpfs (as /run is): the wrapper points
+the configuration the tool wrote at a directory below /dev/shm, one per configuration and run
+(``format_state_tmpfs``; every wrapper below gets it too). The issue measured on the disk layout
+(the tool's default), where the plugin's records cost ext4 a flush each, which a node's /run never does.
+
 ``--floor`` adds one run in which no container asks (the plugin's configuration gets an
 ``annotation_prefix`` no pod uses, through the tool's NRI_REFERENCE_WRAP): the plugin then answers
 every event without deciding anything, so its ratios to the Go plugin (which still does the work)
@@ -402,14 +408,14 @@ exec "$@"
 """
 
 
-def run_sections(tool: str, env: Dict[str, str], go_work: bool, python: str = VENV_PYTHON
-                 ) -> Optional[Tuple[Dict[str, float], Dict[str, List[int]]]]:
+def run_sections(tool: str, env: Dict[str, str], go_work: bool, python: str = VENV_PYTHON,
+                 state_root: Optional[str] = None) -> Optional[Tuple[Dict[str, float], Dict[str, List[int]]]]:
     """One run of the tool with the plugin cut into timed sections (nri_sections.py): the run's
     ratios and the sections of the plugin behind the relay (the one whose answers are timed)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-sections-") as tmp:
         wrap = format_wrap_env(tmp, SECTIONS_WRAP.format(
             out=shlex.quote(tmp), go_work=int(go_work), python=python,
-            script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))))
+            script=shlex.quote(os.path.join(REPO, "benchmarks", "nri_sections.py"))), state_root)
         run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=wrap))
         try:
             with open(os.path.join(tmp, "sections-cp.json"), encoding="utf-8") as f:
@@ -546,19 +552,40 @@ def remove_leaked_cacerts(tmpdir: str, before: List[str]) -> List[str]:
     return left
 
 
-def format_wrap_env(folder: str, wrapper: str) -> str:
-    """NRI_REFERENCE_WRAP's value for ``wrapper`` (a shell script's text), written to ``folder``/wrap.sh."""
+# --state-tmpfs: the line a wrapper runs before it starts our plugin, which points the configuration
+# the tool wrote (``$3``, in the run's own directory) at a state directory below ``root`` (tmpfs),
+# one per configuration key and run.
+STATE_LINE = ('[ "$2" = --config ] && d=$(dirname "$3") && '
+              'sed -i "s|^state_dir: .*|state_dir: {root}/$key-${{d##*/}}|" "$3"\n      ')
+
+
+def format_state_tmpfs(wrapper: str, root: str) -> str:
+    """``wrapper`` (one of the templates above, formatted) with our plugin's state moved below ``root``."""
+    head = "*mixed-cpus-hook) "
+    if head not in wrapper:
+        raise ValueError("not a wrapper of our plugin")
+    if not root.startswith("/") or any(c in root for c in '|"$`\\\n:#'):
+        raise ValueError(f"state root {root!r}: not an absolute path that sed and YAML take as it is")
+    return wrapper.replace(head, head + STATE_LINE.format(root=root), 1)
+
+
+def format_wrap_env(folder: str, wrapper: str, state_root: Optional[str] = None) -> str:
+    """NRI_REFERENCE_WRAP's value for ``wrapper`` (a shell script's text), written to ``folder``/wrap.sh;
+    with ``state_root`` (--state-tmpfs), our plugin's state goes below it (format_state_tmpfs)."""
     wrap = os.path.join(folder, "wrap.sh")
+    if state_root is not None:
+        wrapper = format_state_tmpfs(wrapper, state_root)
     with open(wrap, "w", encoding="utf-8") as f:
         f.write(wrapper)
     os.chmod(wrap, 0o755)
     return f"{wrap} {{key}}"
 
 
-def run_wrapped(tool: str, env: Dict[str, str], wrapper: str) -> Optional[Dict[str, float]]:
+def run_wrapped(tool: str, env: Dict[str, str], wrapper: str, state_root: Optional[str] = None
+                ) -> Optional[Dict[str, float]]:
     """One run of the tool with NRI_REFERENCE_WRAP set to ``wrapper`` (a shell script's text)."""
     with tempfile.TemporaryDirectory(prefix="nri-reference-wrap-") as tmp:
-        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=format_wrap_env(tmp, wrapper)))
+        run = run_tool(tool, dict(env, NRI_REFERENCE_WRAP=format_wrap_env(tmp, wrapper, state_root)))
     if run is None:
         return None
     try:
@@ -573,6 +600,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=1, help="comparisons to run (each about 1 minute)")
     ap.add_argument("--tool", default=DEFAULT_TOOL, help="the reference tool's run script (default: %(default)s)")
     ap.add_argument("--tmpfs", action="store_true", help="TMPDIR=/dev/shm for the tool (the plugin's state on tmpfs, as /run)")
+    ap.add_argument("--state-tmpfs", action="store_true",
+                    help="a node's layout: containerd's directories on the disk (the tool's TMPDIR), the plugin's "
+                         "state on tmpfs (as /run), through the tool's NRI_REFERENCE_WRAP")
     ap.add_argument("--floor", action="store_true", help="one more run in which no container asks: the framework's cost")
     ap.add_argument("--no-record-io", action="store_true",
                     help="one more run with the plugin's records in memory only: what the record files cost")
@@ -605,6 +635,9 @@ def main() -> int:
     if args.python and args.rootfs:
         print("nri_reference: --python or --rootfs, not both")
         return 2
+    if args.tmpfs and args.state_tmpfs:
+        print("nri_reference: --tmpfs or --state-tmpfs, not both (--tmpfs puts the plugin's state on tmpfs too)")
+        return 2
     env = dict(os.environ, PROJECT=REPO)
     if args.cycles:
         env["NRI_REFERENCE_CYCLES"] = str(args.cycles)
@@ -613,15 +646,18 @@ def main() -> int:
     tmpdir = env.get("TMPDIR") or tempfile.gettempdir()
     before = list_cacerts(tmpdir)
     try:
-        with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir:
+        with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir, \
+                tempfile.TemporaryDirectory(prefix="nri-reference-state-", dir="/dev/shm") as state_dir:
             plugin_python = None
+            args.state_root = state_dir if args.state_tmpfs else None
             if args.rootfs:
                 plugin_python = format_rootfs_python(os.path.abspath(args.rootfs), os.path.join(HOME, "src", "hook"))
                 interpreter = read_rootfs_interpreter(plugin_python)
-                env["NRI_REFERENCE_WRAP"] = format_wrap_env(
-                    shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)))
             else:
                 interpreter = use_interpreter(args.python, env, shim_dir)
+            if args.rootfs or args.state_root:
+                env["NRI_REFERENCE_WRAP"] = format_wrap_env(
+                    shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)), args.state_root)
             if interpreter is None:
                 return 2
             print(f"the plugin's interpreter: {interpreter}")
@@ -708,14 +744,14 @@ def measure(args: argparse.Namespace, env: Dict[str, str], plugin_python: Option
                       "duty the product keeps on the request path with its system calls and no engine (not a "
                       "product mode)", SCRIPT_WRAP.format(script=script, python=python)))
     for title, wrapper in extra:
-        ratios = run_wrapped(args.tool, env, wrapper)
+        ratios = run_wrapped(args.tool, env, wrapper, args.state_root)
         if ratios is None:
             return 2
         print(f"\n{title}:")
         for key in ("create", "update", "stop", "cpu", "cri_create"):
             print(f"  {LABELS[key]:36} {ratios[key]:5.2f}")
     if args.sections:
-        done = [run_sections(args.tool, env, go_work, python) for go_work in (False, True)]
+        done = [run_sections(args.tool, env, go_work, python, args.state_root) for go_work in (False, True)]
         if done[0] is None or done[1] is None:
             return 2
         (ratios, product), (go_ratios, go_work_sections) = done[0], done[1]

@@ -278,6 +278,44 @@ def test_the_wrappers_start_the_plugin_as_asked(tmp_path: Path, wrap: str, rootf
     assert run(str(tmp_path / "other-tool"), "--flag") == "other-tool --flag"
 
 
+@pytest.mark.parametrize("wrap, plugin_line", [
+    pytest.param("ROOTFS_WRAP", "mixed-cpus-hook --config {cfg} nri --socket s", id="the-product"),
+    pytest.param("FLOOR_WRAP", "mixed-cpus-hook --config {cfg} nri --socket s", id="the-floor"),
+    pytest.param("SCRIPT_WRAP", "python dev.py {venv}/mixed-cpus-hook --config {cfg} nri --socket s", id="a-device"),
+])
+def test_state_tmpfs_moves_only_the_plugins_state_one_directory_per_key_and_run(tmp_path: Path, wrap: str,
+                                                                                 plugin_line: str) -> None:
+    import nri_reference as ref
+
+    venv, run_dir = tmp_path / "venv" / "bin", tmp_path / "nriref run 7"
+    venv.mkdir(parents=True)
+    run_dir.mkdir()
+    for exe in (venv / "mixed-cpus-hook", venv / "python", tmp_path / "other-tool"):
+        exe.write_text(ECHO)
+        exe.chmod(0o755)
+    cfg = run_dir / "mixed-cpus-hook.yaml"
+    cfg.write_text(f"shared_cpus: '0'\nstate_dir: {run_dir}/mch-state\ncgroup_root: /sys/fs/cgroup\n")
+    root = tmp_path / "state root"
+    text = getattr(ref, wrap).format(run_plugin=ref.RUN_AS_IS, script="dev.py", python=ref.VENV_PYTHON)
+    env = ref.format_wrap_env(str(tmp_path), text, str(root))
+    script = env.split()[0]
+
+    def run(*argv: str) -> str:
+        return subprocess.run([script, "cp", *argv], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert run(str(venv / "mixed-cpus-hook"), "--config", str(cfg), "nri", "--socket", "s") == \
+        plugin_line.format(cfg=cfg, venv=venv)
+    lines = cfg.read_text().splitlines()
+    assert f"state_dir: {root}/cp-nriref run 7" in lines and "cgroup_root: /sys/fs/cgroup" in lines
+    assert not any(line.startswith("state_dir") and "mch-state" in line for line in lines)
+    assert run(str(tmp_path / "other-tool"), "--flag") == "other-tool --flag"
+    with pytest.raises(ValueError, match="not a wrapper of our plugin"):
+        ref.format_state_tmpfs("#!/bin/sh\nexec \"$@\"\n", str(root))
+    for bad in ("relative", "/a|b", '/a"b', "/a$b", "/a:b", "/a#b"):
+        with pytest.raises(ValueError, match="not an absolute path that sed and YAML take"):
+            ref.format_state_tmpfs(text, bad)
+
+
 def test_the_rootfs_python_runs_through_the_trees_own_loader() -> None:
     import nri_reference as ref
 
