@@ -72,7 +72,7 @@ bench: venv
 	$(PY) benchmarks/run.py
 
 bench-nri: venv
-	$(PY) benchmarks/nri_reference.py --runs 3 --tmpfs --floor --no-record-io --go-work --duties $(if $(NRI_PYTHON),--python $(NRI_PYTHON)) $(if $(NRI_ROOTFS),--rootfs $(NRI_ROOTFS)) $(if $(NRI_BUSY),--busy)
+	$(PY) benchmarks/nri_reference.py --runs 3 $(if $(NRI_NODE),--state-tmpfs,--tmpfs) --floor --no-record-io --go-work --duties $(if $(NRI_PYTHON),--python $(NRI_PYTHON)) $(if $(NRI_ROOTFS),--rootfs $(NRI_ROOTFS)) $(if $(NRI_BUSY),--busy)
 
 bench-footprint: venv
 	$(PY) benchmarks/nri_cache_footprint.py
