@@ -94,6 +94,7 @@ could win at most; such a plugin is not a product mode.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -142,18 +143,6 @@ def pct(values: List[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def read_ratios(result: Dict) -> Dict[str, float]:
-    """The goal ratios of one result.json (as the tool's kit/goals.py computes them)."""
-    c = result["configs"]
-    out = {"cri_create": pct(c["c"]["times_ms"]["create"], .5) / pct(c["b"]["times_ms"]["create"], .5)}
-    for key, method in (("create", "CreateContainer"), ("update", "UpdateContainer"), ("stop", "StopContainer")):
-        out[key] = pct(c["cp"]["answers_ms"][method], .5) / pct(c["bp"]["answers_ms"][method], .5)
-    cpu = {k: c[k]["cpu_per_100_containers"]["plugin"]["sched_ms_per_100"] for k in "bc"}
-    out["cpu"] = cpu["c"] / cpu["b"]
-    out["rss"] = c["c"]["sample_end"]["plugin"]["rss_kib"] / c["b"]["sample_end"]["plugin"]["rss_kib"]
-    return out
-
-
 # The goal ratios read from per-cycle samples (the others, CPU and RSS, are one figure per run):
 # key -> (our configuration, the Go plugin's, the samples' place in a configuration, paired).
 # The CRI round trips are paired by cycle (the tool drives every configuration once a cycle, in a
@@ -174,6 +163,16 @@ def read_samples(result: Dict) -> Dict[str, Tuple[List[float], List[float]]]:
     c = result["configs"]
     return {key: (list(c[ours][field][name]), list(c[theirs][field][name]))
             for key, (ours, theirs, (field, name), _paired) in SAMPLED.items()}
+
+
+def read_ratios(result: Dict) -> Dict[str, float]:
+    """The goal ratios of one result.json (as the tool's kit/goals.py computes them)."""
+    c = result["configs"]
+    out = {key: pct(ours, .5) / pct(theirs, .5) for key, (ours, theirs) in read_samples(result).items()}
+    cpu = {k: c[k]["cpu_per_100_containers"]["plugin"]["sched_ms_per_100"] for k in "bc"}
+    out["cpu"] = cpu["c"] / cpu["b"]
+    out["rss"] = c["c"]["sample_end"]["plugin"]["rss_kib"] / c["b"]["sample_end"]["plugin"]["rss_kib"]
+    return out
 
 
 def compute_median_ratio_interval(runs: List[Tuple[List[float], List[float]]], paired: bool, seed: int = 0,
@@ -203,12 +202,14 @@ def compute_median_ratio_interval(runs: List[Tuple[List[float], List[float]]], p
     return pct(figures, tail), pct(figures, 1 - tail)
 
 
-def format_interval_verdict(value: float, goal: float, interval: Tuple[float, float]) -> str:
-    """The goal's verdict on the judged figure (the issue's: its median over the runs), and what the
-    interval says of it: held or missed beyond the tool's spread, or the goal inside the interval
-    (then more runs, not this verdict, would tell)."""
-    lo, hi = interval
+def format_verdict(value: float, goal: float, interval: Optional[Tuple[float, float]] = None) -> str:
+    """The goal's verdict on the judged figure (the issue's: its median over the runs), and what its
+    interval says of it when there is one: held or missed beyond the tool's spread, or the goal
+    inside the interval (then more runs, not this verdict, would tell)."""
     verdict = "holds" if value <= goal else "falls short"
+    if interval is None:
+        return verdict
+    lo, hi = interval
     if hi <= goal:
         where = "all of it within the goal"
     elif lo > goal:
@@ -225,11 +226,10 @@ def format_median_lines(per_run: List[Dict[str, float]],
     lines = []
     for key, label in LABELS.items():
         med = statistics.median(r[key] for r in per_run)
+        interval = None
         if key in SAMPLED and sample_runs:
             interval = compute_median_ratio_interval([s[key] for s in sample_runs], SAMPLED[key][3])
-            lines.append(f"  {label:36} {med:6.3f}  (<= {GOALS[key]})  {format_interval_verdict(med, GOALS[key], interval)}")
-        else:
-            lines.append(f"  {label:36} {med:6.3f}  (<= {GOALS[key]})  {'holds' if med <= GOALS[key] else 'falls short'}")
+        lines.append(f"  {label:36} {med:6.3f}  (<= {GOALS[key]})  {format_verdict(med, GOALS[key], interval)}")
     return lines
 
 
@@ -646,30 +646,33 @@ def main() -> int:
     tmpdir = env.get("TMPDIR") or tempfile.gettempdir()
     before = list_cacerts(tmpdir)
     try:
-        with tempfile.TemporaryDirectory(prefix="nri-reference-python-") as shim_dir, \
-                tempfile.TemporaryDirectory(prefix="nri-reference-state-", dir="/dev/shm") as state_dir:
+        with contextlib.ExitStack() as stack:
+            shim_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="nri-reference-python-"))
+            state_root = None
+            if args.state_tmpfs:
+                state_root = stack.enter_context(tempfile.TemporaryDirectory(prefix="nri-reference-state-",
+                                                                             dir="/dev/shm"))
             plugin_python = None
-            args.state_root = state_dir if args.state_tmpfs else None
             if args.rootfs:
                 plugin_python = format_rootfs_python(os.path.abspath(args.rootfs), os.path.join(HOME, "src", "hook"))
                 interpreter = read_rootfs_interpreter(plugin_python)
             else:
                 interpreter = use_interpreter(args.python, env, shim_dir)
-            if args.rootfs or args.state_root:
+            if args.rootfs or state_root:
                 env["NRI_REFERENCE_WRAP"] = format_wrap_env(
-                    shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)), args.state_root)
+                    shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)), state_root)
             if interpreter is None:
                 return 2
             print(f"the plugin's interpreter: {interpreter}")
             if not args.busy:
-                return measure(args, env, plugin_python)
+                return measure(args, env, plugin_python, state_root)
             with tempfile.TemporaryDirectory(prefix="nri-reference-busy-", dir="/dev/shm") as scratch:
                 argv, busy_env = format_busy_command(sys.executable, scratch)
                 for key in ("TMPDIR", "MCH_TESTS_SHM"):
                     os.makedirs(busy_env[key])
                 with BusyLoad(argv, busy_env) as busy:
                     print("busy: this checkout's unit suite in a loop beside the tool, through every run")
-                    status = measure(args, env, plugin_python)
+                    status = measure(args, env, plugin_python, state_root)
                 print(f"busy: the unit suite ran beside every run (runs of it begun: {busy.runs}; {busy.load})")
                 return status
     finally:
@@ -682,9 +685,10 @@ def main() -> int:
                   "(Python 3.9's ensurepip)")
 
 
-def measure(args: argparse.Namespace, env: Dict[str, str], plugin_python: Optional[str] = None) -> int:
+def measure(args: argparse.Namespace, env: Dict[str, str], plugin_python: Optional[str] = None,
+            state_root: Optional[str] = None) -> int:
     """The runs ``args`` asks for, printed; ``plugin_python``: format_rootfs_python's words (--rootfs),
-    which the devices' runs start their plugin with too."""
+    which the devices' runs start their plugin with too; ``state_root``: --state-tmpfs's directory."""
     per_run: List[Dict[str, float]] = []
     p99_runs: List[Dict[str, Tuple[float, float]]] = []
     sample_runs: List[Dict[str, Tuple[List[float], List[float]]]] = []
@@ -744,14 +748,14 @@ def measure(args: argparse.Namespace, env: Dict[str, str], plugin_python: Option
                       "duty the product keeps on the request path with its system calls and no engine (not a "
                       "product mode)", SCRIPT_WRAP.format(script=script, python=python)))
     for title, wrapper in extra:
-        ratios = run_wrapped(args.tool, env, wrapper, args.state_root)
+        ratios = run_wrapped(args.tool, env, wrapper, state_root)
         if ratios is None:
             return 2
         print(f"\n{title}:")
         for key in ("create", "update", "stop", "cpu", "cri_create"):
             print(f"  {LABELS[key]:36} {ratios[key]:5.2f}")
     if args.sections:
-        done = [run_sections(args.tool, env, go_work, python, args.state_root) for go_work in (False, True)]
+        done = [run_sections(args.tool, env, go_work, python, state_root) for go_work in (False, True)]
         if done[0] is None or done[1] is None:
             return 2
         (ratios, product), (go_ratios, go_work_sections) = done[0], done[1]

@@ -403,15 +403,17 @@ VERDICT_CASES = [
     ("missed-within-the-spread", 1.052, 1.05, (1.023, 1.083),
      "falls short  [95%: 1.023-1.083, the goal inside it: within the tool's spread]"),
     ("missed-beyond-the-spread", 2.4, 2.0, (2.2, 2.6), "falls short  [95%: 2.200-2.600, all of it beyond the goal]"),
+    ("held-no-interval", 1.3, 1.5, None, "holds"),
+    ("missed-no-interval", 1.6, 1.5, None, "falls short"),
 ]
 
 
 @pytest.mark.parametrize("value,goal,interval,text", [c[1:] for c in VERDICT_CASES], ids=[c[0] for c in VERDICT_CASES])
-def test_a_verdict_says_where_the_goal_lies_in_the_interval(value: float, goal: float, interval: tuple,
+def test_a_verdict_says_where_the_goal_lies_in_the_interval(value: float, goal: float, interval: Optional[tuple],
                                                              text: str) -> None:
     import nri_reference as ref
 
-    assert ref.format_interval_verdict(value, goal, interval) == text
+    assert ref.format_verdict(value, goal, interval) == text
 
 
 def _cycles(n: int, seed: int) -> List[float]:
