@@ -11,6 +11,7 @@ check that the fake node changed nowhere but where the case allows.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
@@ -230,9 +231,31 @@ class Served:
                     os.path.join(self.node.state_dir, "pods", f"pod{uid}.json")]
         return out
 
+    def settled(self, timeout: float = 10.0) -> None:
+        """Wait until the records of the answers given so far are on the node. The plugin writes
+        them after the answer (the journal in the state lock's file, store/records.py) and holds
+        the state lock until they are written: taking it and letting it go is the barrier. Without
+        it a loaded machine let the start's last creation land its records inside the first case."""
+        try:
+            fd = os.open(os.path.join(self.node.state_dir, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # nothing was ever journaled
+        try:
+            end = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < end, f"the plugin held the state lock for {timeout} s"
+                    time.sleep(0.001)
+        finally:
+            os.close(fd)  # the lock goes with the descriptor
+
     def run(self, name: str, case: Case) -> None:
         if case.setup is not None:
             case.setup(self)
+        self.settled()
         before = self.node.snapshot()
         log_before = self.plugin.log_size()
         self.slowest = 0.0
@@ -245,6 +268,7 @@ class Served:
         took = self.canary()
         self.times[name] = took
         assert self.plugin.alive(), f"the plugin died: {self.plugin.log()[-3000:]}"
+        self.settled()
         allowed = self.allowed_paths(case.allowed)
         changed = [p for p in self.node.changes(before)
                    if not any(p.startswith(a) if a.endswith("/") else p == a for a in allowed)]
