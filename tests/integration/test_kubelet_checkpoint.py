@@ -193,8 +193,8 @@ def v2run() -> "v2vm.V2Run":
             result = vm.run_in_vm(script, rwdir, cpus=4, timeout=v2vm.VM_TIMEOUT, stall_timeout=v2vm.STALL_TIMEOUT,
                                   stall_retries=1)
         except vm.VMTimeoutError as exc:
-            pytest.fail(f"{exc}\nprogress: {v2vm.progress(v2vm.read_results(os.path.join(rwdir, 'results.json')))}"
-                        "\n--- vng console (tail) ---\n" + "\n".join(exc.vng_output.splitlines()[-30:]))
+            pytest.fail(f"{exc}\nprogress: {v2vm.progress(v2vm.read_results(os.path.join(rwdir, 'results.json')))}\n"
+                        + vm.format_console_tail(exc.vng_output))
         doc = v2vm.read_results(os.path.join(rwdir, "results.json"))
     run = v2vm.V2Run(result, doc)
     if doc is None:

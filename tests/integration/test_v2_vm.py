@@ -175,8 +175,7 @@ def v2() -> V2Run:
             result, timeout = None, exc
         doc = read_results(os.path.join(rwdir, "results.json"))
     if timeout is not None:
-        pytest.fail(f"{timeout}\nprogress: {progress(doc)}\n--- vng console (tail) ---\n"
-                    + "\n".join(timeout.vng_output.splitlines()[-30:]))
+        pytest.fail(f"{timeout}\nprogress: {progress(doc)}\n{vm.format_console_tail(timeout.vng_output)}")
     run = V2Run(result, doc)
     if doc is None:
         pytest.fail(f"the VM wrote no results file\n{run.context()}")

@@ -97,6 +97,11 @@ class VMTimeoutError(VMError):
         self.vng_output = vng_output
 
 
+def format_console_tail(vng_output: str, lines: int = 30) -> str:
+    """The last ``lines`` of vng/qemu's console, headed, for a failure's message."""
+    return "--- vng console (tail) ---\n" + "\n".join(vng_output.splitlines()[-lines:])
+
+
 class VMBootTimeoutError(VMTimeoutError):
     """The guest never started the script within the boot timeout (it was killed)."""
 
@@ -134,17 +139,16 @@ class VMResult:
 
     def describe(self) -> str:
         """Return a human-readable summary, handy as an assertion message."""
-        tail = "\n".join(self.vng_output.splitlines()[-30:])
         return (
             "script exit status %d (vng %d) after %.1f s\n"
-            "command: %s\n--- script output ---\n%s\n--- vng console (tail) ---\n%s"
+            "command: %s\n--- script output ---\n%s\n%s"
             % (
                 self.returncode,
                 self.vng_returncode,
                 self.elapsed,
                 " ".join(shlex.quote(c) for c in self.command),
                 self.output,
-                tail,
+                format_console_tail(self.vng_output),
             )
         )
 
@@ -570,8 +574,8 @@ class ScenarioRun(object):
     def problem(self) -> Optional[str]:
         """Why there is nothing to assert (a timeout, no results file), or None."""
         if self.timeout is not None:
-            return "%s\nsteps done: %s\n--- vng console (tail) ---\n%s" % (
-                self.timeout, (self.doc or {}).get("order"), "\n".join(self.timeout.vng_output.splitlines()[-30:]))
+            return "%s\nsteps done: %s\n%s" % (
+                self.timeout, (self.doc or {}).get("order"), format_console_tail(self.timeout.vng_output))
         if self.doc is None:
             return "the VM wrote no results file\n" + self.result.describe()
         return None

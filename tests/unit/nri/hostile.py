@@ -11,7 +11,6 @@ check that the fake node changed nowhere but where the case allows.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from mixed_cpus_hook.frontends.nri.wire import api, mux, ttrpc
+from mixed_cpus_hook.store.records import read_journal_size
 
 from .peer import POD_UID, Answer, RuntimePeer, create_request, pod_and_container
 
@@ -231,26 +231,12 @@ class Served:
                     os.path.join(self.node.state_dir, "pods", f"pod{uid}.json")]
         return out
 
-    def settled(self, timeout: float = 10.0) -> None:
-        """Wait until the records of the answers given so far are on the node. The plugin writes
-        them after the answer (the journal in the state lock's file, store/records.py) and holds
-        the state lock until they are written: taking it and letting it go is the barrier. Without
-        it a loaded machine let the start's last creation land its records inside the first case."""
-        try:
-            fd = os.open(os.path.join(self.node.state_dir, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return  # nothing was ever journaled
-        try:
-            end = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.monotonic() < end, f"the plugin held the state lock for {timeout} s"
-                    time.sleep(0.001)
-        finally:
-            os.close(fd)  # the lock goes with the descriptor
+    def settled(self) -> None:
+        """Wait until the records of the answers given so far are on the node. The plugin journals
+        them in the state lock's file before its answer and writes them after it, then empties the
+        journal (store/records.py): an empty journal is the barrier. Without it a loaded machine let
+        the start's last creation land its records inside the first case."""
+        wait_for(lambda: read_journal_size(self.node.state_dir) == 0, what="the plugin's records after its answer")
 
     def run(self, name: str, case: Case) -> None:
         if case.setup is not None:
