@@ -581,18 +581,30 @@ class ScenarioRun(object):
         return None
 
 
+# A scenario saves RESULTS.json after every step. The longest gap between two saves measured 18 s (the
+# NRI pool scenario's first kubelet step, 2026-12-07, on an idle 2-CPU Intel host; about three times
+# that on a slower one): a guest that saved nothing for this long hung, as the hook's v2 VM once did.
+SCENARIO_STALL_TIMEOUT = 300
+
+
 def run_scenario(scenario: str, inp: dict, rwdir: str, cpus: int = 4, timeout: float = 900,
-                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS") -> ScenarioRun:
+                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS", stall_timeout: Optional[float] = SCENARIO_STALL_TIMEOUT,
+                 stall_retries: int = 1) -> ScenarioRun:
     """Run ``python -u SCENARIO INPUT.json RESULTS.json`` in a VM (this interpreter: the venv is visible
     there) with ``inp`` as INPUT.json in ``rwdir``; read RESULTS.json back (a copy goes to the file named by
-    the environment variable ``keep_env`` when it is set)."""
+    the environment variable ``keep_env`` when it is set).
+
+    A guest that writes nothing in ``rwdir`` for ``stall_timeout`` seconds is killed and the scenario run
+    again from its start, at most ``stall_retries`` times (run_in_vm's watchdog; a scenario writes its
+    RESULTS.json afresh when it starts). A last stall is a timeout like any other (ScenarioRun.problem)."""
     import json
 
     with open(os.path.join(rwdir, "input.json"), "w") as f:
         json.dump(inp, f, indent=1)
     script = 'exec %s -u %s "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n' % (sys.executable, scenario)
     try:
-        result, timed_out = run_in_vm(script, rwdir, cpus=cpus, timeout=timeout), None
+        result, timed_out = run_in_vm(script, rwdir, cpus=cpus, timeout=timeout, stall_timeout=stall_timeout,
+                                      stall_retries=stall_retries), None
     except VMTimeoutError as exc:
         result, timed_out = None, exc
     path = os.path.join(rwdir, "results.json")
