@@ -57,9 +57,9 @@ RUNTIMES = ("runc", "crun")
 HOOK_TIMEOUT = 120  # seconds; a cold python start takes several seconds under emulation
 VM_TIMEOUT = 900  # a cap: ~3-4 min on an idle 2-CPU host, far more when other VMs compete
 # The scenario saves its results at every step (a second or two each here; a hook may take HOOK_TIMEOUT):
-# a guest that saved nothing for this long hung (seen once: stopped inside a container's creation until
-# VM_TIMEOUT) and is run again, once.
-STALL_TIMEOUT = 300
+# a guest that saved nothing for vm.STALL_TIMEOUT hung (seen once: stopped inside a container's creation
+# until VM_TIMEOUT) and is run again, once.
+STALL_TIMEOUT = vm.STALL_TIMEOUT
 
 # Paths inside the VM (tmpfs /run there: throwaway).
 VM_BASE = "/run/mch-v2"

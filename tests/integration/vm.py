@@ -581,14 +581,15 @@ class ScenarioRun(object):
         return None
 
 
-# A scenario saves RESULTS.json after every step. The longest gap between two saves measured 18 s (the
-# NRI pool scenario's first kubelet step, 2026-12-07, on an idle 2-CPU Intel host; about three times
-# that on a slower one): a guest that saved nothing for this long hung, as the hook's v2 VM once did.
-SCENARIO_STALL_TIMEOUT = 300
+# Seconds without a write in the rwdir after which a guest is taken as hung (the stall watchdog of
+# run_in_vm's callers). A scenario saves RESULTS.json after every step: the longest gap between two
+# saves measured 18 s (the NRI pool scenario's first kubelet step, 2026-12-07, on an idle 2-CPU Intel
+# host; about three times that on a slower one). The hook's v2 VM once stopped for 900 s.
+STALL_TIMEOUT = 300
 
 
 def run_scenario(scenario: str, inp: dict, rwdir: str, cpus: int = 4, timeout: float = 900,
-                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS", stall_timeout: Optional[float] = SCENARIO_STALL_TIMEOUT,
+                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS", stall_timeout: Optional[float] = STALL_TIMEOUT,
                  stall_retries: int = 1) -> ScenarioRun:
     """Run ``python -u SCENARIO INPUT.json RESULTS.json`` in a VM (this interpreter: the venv is visible
     there) with ``inp`` as INPUT.json in ``rwdir``; read RESULTS.json back (a copy goes to the file named by
