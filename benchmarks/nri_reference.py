@@ -66,8 +66,9 @@ another one (a ``python3`` shim first on the tool's PATH; nothing else of the to
 runs the plugin on its distribution's interpreter (the RPM's ``/usr/bin/python3``, the image's
 UBI python3), built with profile-guided and link-time optimization; a pyenv build without
 ``--enable-optimizations`` runs the same Python code about 20% slower (on this machine, 2026-12-05).
-The interpreter is printed with the results. Python 3.9's ``-m venv`` leaves a ``tmp*cacert.pem``
-in the tool's TMPDIR at every build of venv-mch: those that appear during the run are removed after it.
+The machine (its CPU model and CPUs) and the interpreter are printed with the results. Python 3.9's
+``-m venv`` leaves a ``tmp*cacert.pem`` in the tool's TMPDIR at every build of venv-mch: those that
+appear during the run are removed after it.
 A venv-mch made through the shim cannot start once the shim's directory is gone, and the tool's setup
 checks only the commit: it is removed after the run, and the tool's next run makes it again.
 
@@ -477,6 +478,27 @@ def run_tool(tool: str, env: Dict[str, str]) -> Optional[Dict]:
     return {"result": result, "table": table, "load": load}
 
 
+def parse_cpu_model(cpuinfo: str) -> str:
+    """The first ``model name`` of /proc/cpuinfo's text, its spaces squeezed ("" where there is none:
+    an architecture that names its CPUs otherwise)."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "model name":
+            return " ".join(value.split())
+    return ""
+
+
+def read_machine(proc_root: str = "/proc") -> str:
+    """What the ratios were measured on, printed with them: they move with the CPU (Go gains more
+    from a faster one than the interpreter does; docs/DEVNOTES.md, "A second machine")."""
+    try:
+        with open(os.path.join(proc_root, "cpuinfo"), encoding="utf-8", errors="replace") as f:
+            model = parse_cpu_model(f.read())
+    except OSError:
+        model = ""
+    return f"{model or 'CPU model not listed'}, {len(os.sched_getaffinity(0))} CPUs"
+
+
 def read_interpreter(python: str, env: Dict[str, str]) -> Optional[Tuple[str, str]]:
     """(the real path of ``python``'s binary, its version), asked of it; None when it does not run."""
     done = subprocess.run([python, "-c", "import os, platform, sys; "
@@ -663,6 +685,7 @@ def main() -> int:
                     shim_dir, ROOTFS_WRAP.format(run_plugin=format_run_plugin(plugin_python)), state_root)
             if interpreter is None:
                 return 2
+            print(f"the machine: {read_machine()}")
             print(f"the plugin's interpreter: {interpreter}")
             if not args.busy:
                 return measure(args, env, plugin_python, state_root)

@@ -531,3 +531,29 @@ def test_the_busy_load_runs_again_and_leaves_nothing_running(tmp_path: Path, pre
         time.sleep(0.05)
     assert _running_with(marker) == []
     assert busy.load.startswith("load ") and " -> " in busy.load
+
+
+CPUINFO = [
+    ("intel", "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+              "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\n", "Intel(R) Xeon(R) Processor"),
+    ("amd-spaces-squeezed", "model name\t:  AMD EPYC   7B13 64-Core Processor \n", "AMD EPYC 7B13 64-Core Processor"),
+    ("arm-no-model-name", "processor\t: 0\nBogoMIPS\t: 50.00\nCPU part\t: 0xd0c\n", ""),
+    ("a-value-with-a-colon", "model name\t: Weird: CPU\n", "Weird: CPU"),
+    ("empty", "", ""),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in CPUINFO], ids=[c[0] for c in CPUINFO])
+def test_reference_names_the_cpu_model_it_measured_on(text: str, expected: str) -> None:
+    import nri_reference as ref
+
+    assert ref.parse_cpu_model(text) == expected
+
+
+def test_reference_reads_the_machine_from_the_proc_root_it_is_given(tmp_path: Path) -> None:
+    import nri_reference as ref
+
+    cpus = len(os.sched_getaffinity(0))
+    (tmp_path / "cpuinfo").write_text("model name\t: Test CPU\n")
+    assert ref.read_machine(str(tmp_path)) == f"Test CPU, {cpus} CPUs"
+    assert ref.read_machine(str(tmp_path / "none")) == f"CPU model not listed, {cpus} CPUs"
