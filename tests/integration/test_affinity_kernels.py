@@ -115,10 +115,7 @@ def run_vm_probe() -> Tuple[Dict[str, Any], "vm.VMResult"]:
         with open(script_py, "w", encoding="utf-8") as f:
             f.write(VM_SCRIPT.format(src=HOOK_SRC))
         out = os.path.join(rwdir, "result.json")
-        # The probe takes seconds and writes once, at its end: a guest silent for vm.STALL_TIMEOUT hung
-        # (as the hook's v2 VM once did) and is run again, once.
-        result = vm.run_in_vm(f"exec {sys.executable} -I {script_py} {out}\n", rwdir, cpus=2, timeout=VM_TIMEOUT,
-                              stall_timeout=vm.STALL_TIMEOUT, stall_retries=1)
+        result = vm.run_in_vm(f"exec {sys.executable} -I {script_py} {out}\n", rwdir, cpus=2, timeout=VM_TIMEOUT)
         doc: Dict[str, Any] = {}
         if os.path.isfile(out):
             keep = os.environ.get("MIXED_CPUS_HOOK_AFFINITY_RESULTS")

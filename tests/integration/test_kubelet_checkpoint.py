@@ -189,9 +189,8 @@ def v2run() -> "v2vm.V2Run":
         script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
         try:
             # The emulated guest can stop mid-step and stay so (seen in CI: no step finished in 900 s):
-            # as test_v2_vm, a guest that writes nothing for STALL_TIMEOUT is killed and run once more.
-            result = vm.run_in_vm(script, rwdir, cpus=4, timeout=v2vm.VM_TIMEOUT, stall_timeout=v2vm.STALL_TIMEOUT,
-                                  stall_retries=1)
+            # run_in_vm's watchdog runs it again once.
+            result = vm.run_in_vm(script, rwdir, cpus=4, timeout=v2vm.VM_TIMEOUT)
         except vm.VMTimeoutError as exc:
             pytest.fail(f"{exc}\nprogress: {v2vm.progress(v2vm.read_results(os.path.join(rwdir, 'results.json')))}\n"
                         + vm.format_console_tail(exc.vng_output))

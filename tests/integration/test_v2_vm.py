@@ -57,9 +57,8 @@ RUNTIMES = ("runc", "crun")
 HOOK_TIMEOUT = 120  # seconds; a cold python start takes several seconds under emulation
 VM_TIMEOUT = 900  # a cap: ~3-4 min on an idle 2-CPU host, far more when other VMs compete
 # The scenario saves its results at every step (a second or two each here; a hook may take HOOK_TIMEOUT):
-# a guest that saved nothing for vm.STALL_TIMEOUT hung (seen once: stopped inside a container's creation
-# until VM_TIMEOUT) and is run again, once.
-STALL_TIMEOUT = vm.STALL_TIMEOUT
+# vm.run_in_vm's watchdog runs a guest that saved nothing for vm.STALL_TIMEOUT again, once (seen once:
+# stopped inside a container's creation until VM_TIMEOUT).
 
 # Paths inside the VM (tmpfs /run there: throwaway).
 VM_BASE = "/run/mch-v2"
@@ -168,8 +167,7 @@ def v2() -> V2Run:
             json.dump(inp, f, indent=1)
         script = f'exec {sys.executable} -u {SCENARIO} "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n'
         try:
-            result = vm.run_in_vm(script, rwdir, cpus=4, timeout=VM_TIMEOUT, stall_timeout=STALL_TIMEOUT,
-                                  stall_retries=1)
+            result = vm.run_in_vm(script, rwdir, cpus=4, timeout=VM_TIMEOUT)
             timeout = None
         except vm.VMTimeoutError as exc:
             result, timeout = None, exc

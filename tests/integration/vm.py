@@ -304,6 +304,12 @@ class _Stalled(Exception):
 
 
 STALL_POLL = 2.0
+# Seconds without a write in the rwdir after which a guest is taken as hung (run_in_vm's default). A
+# scenario saves its results after every step: the longest gap between two saves measured 18 s (the
+# NRI pool scenario's first kubelet step, 2026-12-07, on an idle 2-CPU Intel host; about three times
+# that on a slower one); a short script writes output.log when it starts. The hook's v2 VM once
+# stopped for 900 s.
+STALL_TIMEOUT = 300.0
 
 
 def compute_newest(rwdir: Path) -> int:
@@ -359,8 +365,8 @@ def run_in_vm(
     extra_args: Sequence[str] = (),
     boot_timeout: float = BOOT_TIMEOUT,
     boot_retries: int = 1,
-    stall_timeout: Optional[float] = None,
-    stall_retries: int = 0,
+    stall_timeout: Optional[float] = STALL_TIMEOUT,
+    stall_retries: int = 1,
 ) -> VMResult:
     """Boot a throwaway VM, run ``script`` with ``sh`` inside, and power off.
 
@@ -388,10 +394,10 @@ def run_in_vm(
     ``boot_retries`` times, saying so on stderr; then :class:`VMBootTimeoutError`.
     ``timeout`` counts from each boot.
 
-    With ``stall_timeout`` (for a script that writes its progress into ``rwdir`` as it goes), a
-    guest whose script wrote nothing there for that long is killed (:class:`VMStallError`) and run
-    again, at most ``stall_retries`` times, saying so on stderr (seen once in a CI run: the emulated
-    guest stopped in the middle of a step that takes a second, and stayed so for 900 s).
+    A guest whose script wrote nothing in ``rwdir`` for ``stall_timeout`` seconds (None: no watchdog;
+    a long script writes its progress there as it goes) is killed (:class:`VMStallError`) and run
+    again from its start, at most ``stall_retries`` times, saying so on stderr (seen once in a CI run:
+    the emulated guest stopped in the middle of a step that takes a second, and stayed so for 900 s).
 
     Returns a :class:`VMResult` with the script's exit status and output and
     the elapsed time (boot and power-off included).
@@ -581,31 +587,20 @@ class ScenarioRun(object):
         return None
 
 
-# Seconds without a write in the rwdir after which a guest is taken as hung (the stall watchdog of
-# run_in_vm's callers). A scenario saves RESULTS.json after every step: the longest gap between two
-# saves measured 18 s (the NRI pool scenario's first kubelet step, 2026-12-07, on an idle 2-CPU Intel
-# host; about three times that on a slower one). The hook's v2 VM once stopped for 900 s.
-STALL_TIMEOUT = 300
-
-
 def run_scenario(scenario: str, inp: dict, rwdir: str, cpus: int = 4, timeout: float = 900,
-                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS", stall_timeout: Optional[float] = STALL_TIMEOUT,
-                 stall_retries: int = 1) -> ScenarioRun:
+                 keep_env: str = "MIXED_CPUS_HOOK_VM_RESULTS") -> ScenarioRun:
     """Run ``python -u SCENARIO INPUT.json RESULTS.json`` in a VM (this interpreter: the venv is visible
     there) with ``inp`` as INPUT.json in ``rwdir``; read RESULTS.json back (a copy goes to the file named by
-    the environment variable ``keep_env`` when it is set).
-
-    A guest that writes nothing in ``rwdir`` for ``stall_timeout`` seconds is killed and the scenario run
-    again from its start, at most ``stall_retries`` times (run_in_vm's watchdog; a scenario writes its
-    RESULTS.json afresh when it starts). A last stall is a timeout like any other (ScenarioRun.problem)."""
+    the environment variable ``keep_env`` when it is set). A guest that hangs is run again once
+    (run_in_vm's watchdog; the scenario writes RESULTS.json afresh when it starts); a last stall is a
+    timeout like any other (ScenarioRun.problem)."""
     import json
 
     with open(os.path.join(rwdir, "input.json"), "w") as f:
         json.dump(inp, f, indent=1)
     script = 'exec %s -u %s "$VM_RWDIR/input.json" "$VM_RWDIR/results.json"\n' % (sys.executable, scenario)
     try:
-        result, timed_out = run_in_vm(script, rwdir, cpus=cpus, timeout=timeout, stall_timeout=stall_timeout,
-                                      stall_retries=stall_retries), None
+        result, timed_out = run_in_vm(script, rwdir, cpus=cpus, timeout=timeout), None
     except VMTimeoutError as exc:
         result, timed_out = None, exc
     path = os.path.join(rwdir, "results.json")
